@@ -1,0 +1,131 @@
+"""The HTTP API: every method at ``POST /v1/<name>``, JSON in, JSON out.
+
+Bodies are read with a size limit and decoded by one typed msgspec Decoder per method;
+errors are answered as ``{"error": {"code": ..., "message": ...}}`` with a 4xx status
+(docs/wire-format.md lists the codes). An unexpected failure is logged and answered 500
+``internal`` without detail; it never takes the process down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from ..broker import Broker
+from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from .methods import METHODS
+from .openapi import openapi_document
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("tidings.api")
+_encode = msgspec.json.Encoder().encode
+_JSON = "application/json"
+
+
+class _ErrorBody(msgspec.Struct):
+    code: str
+    message: str
+
+
+class _Error(msgspec.Struct):
+    error: _ErrorBody
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    return Response(_encode(_Error(_ErrorBody(code, message))), status_code=status, media_type=_JSON)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
+    """The ASGI app over ``broker``; with ``manage_broker`` it starts and stops the broker."""
+    limit = broker.settings.max_body_bytes
+
+    async def call(request: Request) -> Response:
+        name = request.path_params["method"]
+        try:
+            method = METHODS.get(name)
+            if method is None:
+                raise NotFound(f"there is no method {name!r}; see /openapi.json", code="unknown_method")
+            caller = await broker.auth.principal(request.headers.get("authorization"))
+            body = await _body(request, limit)
+            try:
+                arg = method.decode(body)
+            except msgspec.ValidationError as e:
+                raise BadRequest(f"{name}: {e}", code="invalid_argument") from None
+            except msgspec.DecodeError as e:
+                raise BadRequest(f"the body is not valid JSON: {e}", code="malformed_json") from None
+            result = await method.handler(broker, caller, arg)
+        except ApiError as e:
+            return error_response(e.status, e.code, e.message)
+        except Exception:
+            log.exception("%s failed", name)
+            return error_response(500, "internal", "internal error; the server log has the details")
+        return Response(_encode(result), media_type=_JSON)
+
+    async def method_not_allowed(request: Request) -> Response:
+        return error_response(405, "method_not_allowed", "API methods are called with POST")
+
+    async def openapi(request: Request) -> Response:
+        return Response(_encode(openapi_document()), media_type=_JSON)
+
+    async def docs(request: Request) -> Response:
+        return HTMLResponse(_DOCS_PAGE)
+
+    async def health(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type=_JSON)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_response(404, "not_found", f"nothing at {request.url.path}; methods are at /v1/<name>")
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return error_response(500, "internal", "internal error")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if manage_broker:
+            async with broker:
+                yield
+        else:
+            yield
+
+    return Starlette(
+        routes=[
+            Route("/v1/{method}", call, methods=["POST"]),
+            Route("/v1/{method}", method_not_allowed, methods=["GET", "PUT", "DELETE", "PATCH"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
+            Route("/docs", docs, methods=["GET"]),
+            Route("/healthz", health, methods=["GET"]),
+        ],
+        exception_handlers={404: not_found, 500: server_error},
+        lifespan=lifespan,
+    )
+
+
+_DOCS_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>tidings API</title></head>
+<body><h1>tidings API</h1>
+<p>Every method is <code>POST /v1/&lt;name&gt;</code> with a JSON body and
+<code>Authorization: Bearer &lt;token&gt;</code>. The OpenAPI document is at
+<a href="/openapi.json">/openapi.json</a>.</p></body></html>
+"""

@@ -1,0 +1,142 @@
+"""The table of HTTP methods: name, argument type, result type, handler.
+
+Every ICRC method keeps its standard name at ``POST /v1/<name>``; tidings' own
+additions are prefixed ``tidings_``. The OpenAPI document is generated from this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ..broker import Broker
+from ..core.wire import (
+    BroadcasterInfo,
+    ConfirmResult,
+    Event,
+    InfoQuery,
+    ItemResult,
+    PrincipalCreate,
+    PrincipalCreated,
+    PublicationInfo,
+    PublicationRegistration,
+    PublisherInfo,
+    SubscriberInfo,
+    SubscriptionInfo,
+    SubscriptionQuery,
+    SubscriptionRegistration,
+)
+from ..errors import BadRequest, Forbidden
+from ..store import PrincipalRecord
+
+__all__ = ["METHODS", "Method", "Whoami"]
+
+Handler = Callable[[Broker, PrincipalRecord, Any], Awaitable[Any]]
+
+
+class Whoami(msgspec.Struct):
+    name: str
+    admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    name: str
+    arg: Any
+    result: Any
+    handler: Handler
+    summary: str
+    empty_arg: Any = msgspec.UNSET
+    """What an empty body means; UNSET if a body is required."""
+    decoder: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decoder", msgspec.json.Decoder(self.arg))
+
+    def decode(self, body: bytes) -> Any:
+        if not body.strip():
+            if self.empty_arg is msgspec.UNSET:
+                raise BadRequest(f"{self.name} needs a JSON body", code="invalid_argument")
+            return self.empty_arg
+        return self.decoder.decode(body)
+
+
+async def _create_principal(b: Broker, caller: PrincipalRecord, arg: PrincipalCreate) -> PrincipalCreated:
+    if not caller.admin:
+        raise Forbidden("only an admin principal may create principals")
+    token = await b.auth.create(arg.name, admin=arg.admin)
+    if token is None:
+        raise BadRequest(f"principal {arg.name!r} already exists", code="already_exists")
+    return PrincipalCreated(name=arg.name, token=token, admin=arg.admin)
+
+
+async def _whoami(b: Broker, caller: PrincipalRecord, arg: None) -> Whoami:
+    return Whoami(name=caller.name, admin=caller.admin)
+
+
+_ITEMS = list[ItemResult | None]
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in [
+        Method(
+            "icrc72_register_publication", list[PublicationRegistration], _ITEMS,
+            lambda b, c, a: b.orchestrator.register_publications(c, a),
+            "Register publications; the caller becomes a publisher of each namespace.",
+        ),
+        Method(
+            "icrc72_register_subscription", list[SubscriptionRegistration], _ITEMS,
+            lambda b, c, a: b.orchestrator.register_subscriptions(c, a),
+            "Register subscriptions; Ok carries the subscription id.",
+        ),
+        Method(
+            "icrc72_publish", list[Event], _ITEMS,
+            lambda b, c, a: b.broadcaster.publish(c, a),
+            "Publish events; Ok carries the assigned event id, once the event is durable.",
+        ),
+        Method(
+            "icrc72_confirm_notifications", list[int], ConfirmResult,
+            lambda b, c, a: b.confirm(c, a),
+            "Confirm notifications received in oneshot mode.",
+        ),
+        Method(
+            "icrc72_confirm_messages", list[int], ConfirmResult,
+            lambda b, c, a: b.confirm(c, a),
+            "Alias of icrc72_confirm_notifications (the draft uses both names).",
+        ),
+        Method(
+            "icrc72_get_publications", InfoQuery, list[PublicationInfo],
+            lambda b, c, a: b.orchestrator.get_publications(a),
+            "Publications ordered by namespace, with statistics.", InfoQuery(),
+        ),
+        Method(
+            "icrc72_get_publishers", InfoQuery, list[PublisherInfo],
+            lambda b, c, a: b.orchestrator.get_publishers(a),
+            "Publishers ordered by principal, with statistics.", InfoQuery(),
+        ),
+        Method(
+            "icrc72_get_subscribers", InfoQuery, list[SubscriberInfo],
+            lambda b, c, a: b.orchestrator.get_subscribers(a),
+            "Subscribers ordered by principal, with statistics.", InfoQuery(),
+        ),
+        Method(
+            "icrc72_get_subscriptions", SubscriptionQuery, list[SubscriptionInfo],
+            lambda b, c, a: b.orchestrator.get_subscriptions(c, a),
+            "Subscriptions ordered by id, optionally of one namespace, with statistics.",
+            SubscriptionQuery(),
+        ),
+        Method(
+            "icrc72_get_broadcasters", InfoQuery, list[BroadcasterInfo],
+            lambda b, c, a: b.orchestrator.get_broadcasters(a),
+            "Broadcasters, with statistics.", InfoQuery(),
+        ),
+        Method(
+            "tidings_create_principal", PrincipalCreate, PrincipalCreated, _create_principal,
+            "Create a principal and return its bearer token (admin only).",
+        ),
+        Method("tidings_whoami", None, Whoami, _whoami, "The calling principal.", None),
+    ]
+}

@@ -1,0 +1,5 @@
+"""The broker: orchestrator, broadcaster and push delivery in one process."""
+
+from .service import Broker
+
+__all__ = ["Broker"]

@@ -1,0 +1,126 @@
+"""The broadcaster's publish path: check, stamp, append durably, hand to delivery.
+
+Each event gets the broadcaster's timestamp and two reserved headers appended after the
+publisher's own: ``icrc72:broadcaster:received`` (Nat, UTC nanoseconds) and
+``icrc72:eventData:hash`` (Blob, SHA-256 of the data's JSON wire bytes as stored).
+Publishers may not set ``icrc72:broadcaster:*``, ``icrc72:relay:*`` or
+``icrc72:eventData:*`` headers themselves.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from ..core import ids, values
+from ..core.wire import Event, GenericError, ItemResult, err, ok
+from ..errors import BadRequest, StoreError
+from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
+from .orchestrator import Orchestrator
+
+__all__ = ["Broadcaster", "ERR_RESERVED_HEADER"]
+
+ERR_RESERVED_HEADER = 1
+"""``GenericError.error_code``: a publisher tried to set a reserved header."""
+
+_RESERVED_PREFIXES = ("icrc72:broadcaster:", "icrc72:relay:", "icrc72:eventData:", "icrc77:replay:")
+_encode = msgspec.json.encode
+
+
+class Broadcaster:
+    def __init__(
+        self,
+        store: Store,
+        orchestrator: Orchestrator,
+        *,
+        broadcaster_id: str,
+        max_batch_items: int,
+        max_pending_events: int,
+        on_appended: Callable[[list[StoredEvent]], None],
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._store = store
+        self._orch = orchestrator
+        self._id = broadcaster_id
+        self._max_items = max_batch_items
+        self._max_pending = max_pending_events
+        self._on_appended = on_appended
+        self._clock = clock
+        self._pending = 0
+
+    async def publish(self, caller: PrincipalRecord, events: Sequence[Event]) -> list[ItemResult | None]:
+        """``icrc72_publish``: one result per event, ``Ok: [eventId]`` or ``Err``."""
+        n = len(events)
+        if n > self._max_items:
+            return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
+        self._orch.require_namespaces([e.namespace for e in events])
+        for i, e in enumerate(events):
+            try:
+                values.check(e.data, f"$[{i}].data")
+                for key, v in e.headers or ():
+                    values.check(v, f"$[{i}].headers.{key}")
+            except values.InvalidValue as x:
+                raise BadRequest(str(x), code="invalid_value") from None
+
+        results: list[ItemResult | None] = [None] * n
+        accepted: list[tuple[int, NewEvent]] = []
+        busy = self._pending + n > self._max_pending
+        now = self._clock()
+        for i, e in enumerate(events):
+            if not self._orch.may_publish(caller.name, e.namespace):
+                results[i] = err(
+                    "Unauthorized", f"{caller.name} is not a registered publisher of {e.namespace!r}"
+                )
+                continue
+            if e.id is not None:
+                try:
+                    ids.parse_id(e.id)
+                except ids.InvalidId as x:
+                    results[i] = err("ImproperId", str(x))
+                    continue
+            reserved = next(
+                (k for k, _ in e.headers or () if k.startswith(_RESERVED_PREFIXES)), None
+            )
+            if reserved is not None:
+                results[i] = err("GenericError", GenericError(
+                    ERR_RESERVED_HEADER, f"header {reserved!r} is reserved for the broadcaster"
+                ))
+                continue
+            if busy:
+                results[i] = err("Busy", "too many events waiting to be stored; retry shortly")
+                continue
+            data = _encode(e.data)
+            headers = [
+                *(e.headers or ()),
+                ("icrc72:broadcaster:received", {"Nat": now}),
+                ("icrc72:eventData:hash", {"Blob": base64.b64encode(hashlib.sha256(data).digest()).decode()}),
+            ]
+            accepted.append((i, NewEvent(
+                namespace=e.namespace, source=caller.name, timestamp=now, data=data,
+                headers=_encode(headers),
+            )))
+        if not accepted:
+            return results
+
+        per_ns = Counter(ne.namespace for _, ne in accepted)
+        stats = [Stat("publication", ns, "icrc72:publication:stats:events", c) for ns, c in per_ns.items()]
+        stats.append(Stat("publisher", caller.name, "icrc72:publisher:stats:events", len(accepted)))
+        stats.append(Stat("broadcaster", self._id, "icrc72:broadcaster:stats:events", len(accepted)))
+        self._pending += len(accepted)
+        try:
+            stored = await self._store.append([ne for _, ne in accepted], stats)
+        except StoreError as x:
+            for i, _ in accepted:
+                results[i] = err("GenericBatchError", f"the events were not stored: {x}")
+            return results
+        finally:
+            self._pending -= len(accepted)
+        self._on_appended(stored)
+        for (i, _), s in zip(accepted, stored, strict=True):
+            results[i] = ok([s.id])
+        return results

@@ -1,0 +1,114 @@
+"""The broker: orchestrator, broadcaster and delivery of one process, and their lifecycle.
+
+::
+
+    async with Broker(settings, store) as broker:
+        results = await broker.broadcaster.publish(principal, events)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..core.wire import ConfirmResult
+from ..settings import Settings
+from ..store import PrincipalRecord, Store, StoredEvent, SubscriptionRecord
+from .auth import Authenticator
+from .broadcaster import Broadcaster
+from .delivery import Delivery
+from .orchestrator import Orchestrator
+from .tail import Tail
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("tidings.broker")
+
+
+class Broker:
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        self.auth = Authenticator(store)
+        self.orchestrator = Orchestrator(
+            store, broadcaster_id=settings.broadcaster_id, on_subscription=self._subscription_added
+        )
+        self.tail = Tail(0, settings.tail_capacity)
+        self.delivery = Delivery(store, self.tail, settings, on_gone=self._subscription_gone)
+        self.broadcaster = Broadcaster(
+            store,
+            self.orchestrator,
+            broadcaster_id=settings.broadcaster_id,
+            max_batch_items=settings.max_batch_items,
+            max_pending_events=settings.max_pending_events,
+            on_appended=self._appended,
+        )
+        self._runner: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        await self.store.open()
+        try:
+            await self.orchestrator.load()
+            head = await self.store.head()
+            self.tail.floor = self.tail.head = head
+            self._runner = asyncio.create_task(
+                self.delivery.run(list(self.orchestrator.subscriptions.values())), name="tidings-delivery"
+            )
+            ready = asyncio.create_task(self.delivery.ready())
+            await asyncio.wait([ready, self._runner], return_when=asyncio.FIRST_COMPLETED)
+            if self._runner.done():
+                ready.cancel()
+                self._runner.result()  # raises what stopped delivery
+        except BaseException:
+            await self.store.close()
+            raise
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+            self._runner = None
+        await self.store.close()
+
+    async def ensure_admin(self, token_file: Path) -> str | None:
+        """Create the first admin principal if there is none; its token goes to ``token_file``."""
+        if any(p.admin for p in await self.store.list_principals()):
+            return None
+        token = await self.auth.create("admin", admin=True)
+        if token is None:  # a non-admin took the name: give the admin another
+            token = await self.auth.create("tidings-admin", admin=True)
+        if token is None:
+            return None
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
+
+    async def confirm(self, caller: PrincipalRecord, ids: Sequence[int]) -> ConfirmResult:
+        return await self.delivery.confirm(caller, ids, self.orchestrator.subscriptions)
+
+    def _appended(self, events: list[StoredEvent]) -> None:
+        self.tail.extend(events)
+        self.delivery.wake(events)
+
+    def _subscription_added(self, sub: SubscriptionRecord) -> None:
+        self.delivery.add(sub)
+
+    async def _subscription_gone(self, sub_id: int) -> None:
+        """The endpoint answered 410 Gone: the subscription ends."""
+        log.info("subscription %s ended: its endpoint answered 410 Gone", sub_id)
+        self.orchestrator.subscriptions.pop(sub_id, None)
+        await self.store.delete_subscription(sub_id)

@@ -1,0 +1,389 @@
+"""ICRC-16 values and their JSON wire form.
+
+A value is one tagged object on the wire, the Candid variant name as the key
+(``{"Nat": 5}``, ``{"Map": [["k", {"Text": "v"}]]}``); see docs/wire-format.md.
+
+Two representations live here, and both are lossless:
+
+* the *wire form*: JSON-compatible builtins exactly as they travel. The broker keeps
+  event data in this form end to end (decoded once, validated by :func:`check`,
+  stored and pushed as bytes), because building objects per event would cost more
+  than the rest of the publish path;
+* :class:`Value`: a tagged, hashable object for code that inspects or builds values
+  (the SDK, configs, tests). ``Value.from_wire(v.to_wire()) == v`` for every value.
+
+Plain Python values convert both ways through :func:`from_python` and
+:meth:`Value.to_python`; that direction is convenient, not lossless (a ``Nat8``
+comes back as an ``int``, which goes out again as ``Nat``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+__all__ = [
+    "TAGS",
+    "InvalidValue",
+    "Principal",
+    "Value",
+    "check",
+    "from_python",
+    "map_get",
+    "to_python",
+    "wire_map",
+]
+
+
+class InvalidValue(ValueError):
+    """A wire value is not a well-formed ICRC-16 value. ``path`` points at the culprit."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(f"{message} at {path}")
+        self.reason = message
+        self.path = path
+
+
+class Principal(str):
+    """A principal's textual form, kept distinct from ``Text`` in Python conversions."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Principal({str.__repr__(self)})"
+
+
+_INT_RANGES: Final = {
+    "Nat8": (0, 2**8 - 1),
+    "Nat16": (0, 2**16 - 1),
+    "Nat32": (0, 2**32 - 1),
+    "Nat64": (0, 2**64 - 1),
+    "Int8": (-(2**7), 2**7 - 1),
+    "Int16": (-(2**15), 2**15 - 1),
+    "Int32": (-(2**31), 2**31 - 1),
+    "Int64": (-(2**63), 2**63 - 1),
+}
+_SCALARS: Final = frozenset({"Nat", "Int", "Text", "Bool", "Float", "Blob", "Principal", *_INT_RANGES})
+_CONTAINERS: Final = frozenset(
+    {"Array", "Map", "ValueMap", "Class", "Option", "Set", "Bytes", "Floats", "Nats"}
+)
+TAGS: Final = _SCALARS | _CONTAINERS
+"""Every ICRC-16 variant name."""
+
+
+def _is_int(x: Any) -> bool:
+    return type(x) is int  # bool is a subclass of int and must not pass
+
+
+def _is_finite_number(x: Any) -> bool:
+    # A Float may come as a JSON integer; it must still fit a finite double.
+    if type(x) is float:
+        return math.isfinite(x)
+    if not _is_int(x):
+        return False
+    try:
+        float(x)
+    except OverflowError:
+        return False
+    return True
+
+
+def _decode_blob(x: Any, path: str) -> bytes:
+    if not isinstance(x, str):
+        raise InvalidValue("Blob must be a base64 string", path)
+    try:
+        return base64.b64decode(x, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidValue("Blob is not valid base64", path) from None
+
+
+def _check_scalar(tag: str, x: Any, path: str) -> None:
+    if tag == "Nat":
+        if not _is_int(x) or x < 0:
+            raise InvalidValue("Nat must be a non-negative integer", path)
+    elif tag == "Int":
+        if not _is_int(x):
+            raise InvalidValue("Int must be an integer", path)
+    elif tag in ("Text", "Principal"):
+        if not isinstance(x, str):
+            raise InvalidValue(f"{tag} must be a string", path)
+        if tag == "Principal" and not x:
+            raise InvalidValue("Principal must not be empty", path)
+    elif tag == "Bool":
+        if type(x) is not bool:
+            raise InvalidValue("Bool must be true or false", path)
+    elif tag == "Float":
+        if not _is_finite_number(x):
+            raise InvalidValue("Float must be a finite number", path)
+    elif tag == "Blob":
+        _decode_blob(x, path)
+    else:
+        lo, hi = _INT_RANGES[tag]
+        if not _is_int(x) or not lo <= x <= hi:
+            raise InvalidValue(f"{tag} must be an integer in [{lo}, {hi}]", path)
+
+
+def _one_tag(obj: Any, path: str) -> tuple[str, Any]:
+    if type(obj) is not dict or len(obj) != 1:
+        raise InvalidValue("expected an object with exactly one ICRC-16 variant key", path)
+    ((tag, x),) = obj.items()
+    if tag not in TAGS:
+        raise InvalidValue(f"unknown ICRC-16 variant {tag!r}", path)
+    return tag, x
+
+
+def _pairs(x: Any, tag: str, path: str) -> list[Any]:
+    if type(x) is not list:
+        raise InvalidValue(f"{tag} must be an array of pairs", path)
+    for i, pair in enumerate(x):
+        if type(pair) is not list or len(pair) != 2:
+            raise InvalidValue(f"{tag} entries must be 2-element arrays", f"{path}[{i}]")
+    return x
+
+
+def check(obj: Any, path: str = "$") -> None:
+    """Raise :class:`InvalidValue` unless ``obj`` is a well-formed wire value.
+
+    This walks the wire form without building anything; it is the validation the
+    publish path runs on every event.
+    """
+    tag, x = _one_tag(obj, path)
+    if tag in _SCALARS:
+        _check_scalar(tag, x, path)
+    elif tag in ("Array", "Set"):
+        if type(x) is not list:
+            raise InvalidValue(f"{tag} must be an array", path)
+        for i, item in enumerate(x):
+            check(item, f"{path}[{i}]")
+    elif tag == "Map":
+        for i, (k, v) in enumerate(_pairs(x, tag, path)):
+            if not isinstance(k, str):
+                raise InvalidValue("Map keys must be strings", f"{path}[{i}]")
+            check(v, f"{path}.{k}")
+    elif tag == "ValueMap":
+        for i, (k, v) in enumerate(_pairs(x, tag, path)):
+            check(k, f"{path}[{i}][0]")
+            check(v, f"{path}[{i}][1]")
+    elif tag == "Class":
+        if type(x) is not list:
+            raise InvalidValue("Class must be an array of properties", path)
+        for i, prop in enumerate(x):
+            if (
+                type(prop) is not dict
+                or set(prop) != {"name", "value", "immutable"}
+                or not isinstance(prop["name"], str)
+                or type(prop["immutable"]) is not bool
+            ):
+                raise InvalidValue(
+                    "Class properties are objects with name (string), value and immutable (bool)",
+                    f"{path}[{i}]",
+                )
+            check(prop["value"], f"{path}.{prop['name']}")
+    elif tag == "Option":
+        if x is not None:
+            check(x, f"{path}?")
+    elif tag == "Bytes":
+        if type(x) is not list or not all(_is_int(b) and 0 <= b <= 255 for b in x):
+            raise InvalidValue("Bytes must be an array of integers in [0, 255]", path)
+    elif tag == "Floats":
+        if type(x) is not list or not all(_is_finite_number(f) for f in x):
+            raise InvalidValue("Floats must be an array of finite numbers", path)
+    elif tag == "Nats":
+        if type(x) is not list or not all(_is_int(n) and n >= 0 for n in x):
+            raise InvalidValue("Nats must be an array of non-negative integers", path)
+
+
+class Value:
+    """One ICRC-16 value: a variant ``tag`` and its ``payload``.
+
+    Payloads: integers for the integer variants, ``str`` for Text and Principal,
+    ``bool``, ``float``, ``bytes`` for Blob and Bytes, tuples of ``float``/``int`` for
+    Floats/Nats, a tuple of Values for Array and Set, a tuple of ``(str, Value)`` for
+    Map, of ``(Value, Value)`` for ValueMap, of ``(name, Value, immutable)`` for Class,
+    and ``None`` or a Value for Option. Values are immutable and hashable.
+    """
+
+    __slots__ = ("payload", "tag")
+
+    tag: str
+    payload: Any
+
+    def __init__(self, tag: str, payload: Any) -> None:
+        if tag not in TAGS:
+            raise InvalidValue(f"unknown ICRC-16 variant {tag!r}")
+        object.__setattr__(self, "tag", tag)
+        object.__setattr__(self, "payload", payload)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Value is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Value):
+            return NotImplemented
+        return self.tag == other.tag and _same(self.payload, other.payload)
+
+    def __hash__(self) -> int:
+        return hash((self.tag, self.payload))
+
+    def __repr__(self) -> str:
+        return f"Value({self.tag!r}, {self.payload!r})"
+
+    # -- wire form ---------------------------------------------------------------------
+
+    def to_wire(self) -> Any:
+        """The JSON-compatible wire form of this value."""
+        t, p = self.tag, self.payload
+        if t in _SCALARS:
+            return {t: base64.b64encode(p).decode() if t == "Blob" else p}
+        if t in ("Array", "Set"):
+            return {t: [v.to_wire() for v in p]}
+        if t == "Map":
+            return {t: [[k, v.to_wire()] for k, v in p]}
+        if t == "ValueMap":
+            return {t: [[k.to_wire(), v.to_wire()] for k, v in p]}
+        if t == "Class":
+            return {t: [{"name": n, "value": v.to_wire(), "immutable": im} for n, v, im in p]}
+        if t == "Option":
+            return {t: None if p is None else p.to_wire()}
+        return {t: list(p)}  # Bytes, Floats, Nats
+
+    @classmethod
+    def from_wire(cls, obj: Any, path: str = "$") -> Value:
+        """Build a Value from its wire form, raising :class:`InvalidValue` if malformed."""
+        check(obj, path)
+        return cls._build(obj)
+
+    @classmethod
+    def _build(cls, obj: Any) -> Value:
+        ((t, x),) = obj.items()
+        b = cls._build
+        if t in _SCALARS:
+            if t == "Blob":
+                x = base64.b64decode(x)
+            elif t == "Float":
+                x = float(x)
+            return cls(t, x)
+        if t in ("Array", "Set"):
+            return cls(t, tuple(b(v) for v in x))
+        if t == "Map":
+            return cls(t, tuple((k, b(v)) for k, v in x))
+        if t == "ValueMap":
+            return cls(t, tuple((b(k), b(v)) for k, v in x))
+        if t == "Class":
+            return cls(t, tuple((p["name"], b(p["value"]), p["immutable"]) for p in x))
+        if t == "Option":
+            return cls(t, None if x is None else b(x))
+        if t == "Bytes":
+            return cls(t, bytes(x))
+        if t == "Floats":
+            return cls(t, tuple(float(f) for f in x))
+        return cls(t, tuple(x))  # Nats
+
+    # -- plain Python --------------------------------------------------------------------
+
+    def to_python(self) -> Any:
+        """A plain Python rendering: see :func:`to_python`."""
+        return to_python(self.to_wire())
+
+
+def _same(a: Any, b: Any) -> bool:
+    # Float payloads compare by identity of bits so that -0.0 and 0.0 stay distinct values.
+    if type(a) is float and type(b) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if type(a) is tuple and type(b) is tuple:  # so Floats payloads keep -0.0 apart too
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
+def from_python(x: Any) -> Value:
+    """Convert a plain Python value to a Value.
+
+    ``bool`` → Bool, ``int`` → Nat (or Int when negative), ``float`` → Float, ``str`` →
+    Text, :class:`Principal` → Principal, ``bytes`` → Blob, ``None`` → Option(null),
+    ``list``/``tuple`` → Array, ``set``/``frozenset`` → Set, a ``dict`` with only string
+    keys → Map, any other mapping → ValueMap. A Value passes through unchanged.
+    """
+    if isinstance(x, Value):
+        return x
+    if x is None:
+        return Value("Option", None)
+    if type(x) is bool:
+        return Value("Bool", x)
+    if isinstance(x, int):
+        return Value("Nat" if x >= 0 else "Int", int(x))
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise InvalidValue("Float must be finite")
+        return Value("Float", x)
+    if isinstance(x, Principal):
+        return Value("Principal", str(x))
+    if isinstance(x, str):
+        return Value("Text", x)
+    if isinstance(x, bytes | bytearray | memoryview):
+        return Value("Blob", bytes(x))
+    if isinstance(x, Mapping):
+        if all(isinstance(k, str) for k in x):
+            return Value("Map", tuple((k, from_python(v)) for k, v in x.items()))
+        return Value("ValueMap", tuple((from_python(k), from_python(v)) for k, v in x.items()))
+    if isinstance(x, set | frozenset):
+        return Value("Set", tuple(from_python(v) for v in x))
+    if isinstance(x, Iterable):
+        return Value("Array", tuple(from_python(v) for v in x))
+    raise InvalidValue(f"cannot convert {type(x).__name__} to an ICRC-16 value")
+
+
+def _tuple_key(x: Any) -> Any:
+    return tuple(_tuple_key(i) for i in x) if isinstance(x, list) else x
+
+
+def to_python(obj: Any) -> Any:
+    """Render a wire value as plain Python.
+
+    Integer variants → ``int``, Float → ``float``, Text → ``str``, Principal →
+    :class:`Principal`, Blob and Bytes → ``bytes``, Array, Set, Floats, Nats → ``list``,
+    Map and Class → ``dict``, ValueMap → ``dict`` (list keys become tuples), Option →
+    ``None`` or the inner value.
+    """
+    ((t, x),) = obj.items()
+    if t in ("Text", "Bool", "Nat", "Int") or t in _INT_RANGES:
+        return x
+    if t == "Float":
+        return float(x)
+    if t == "Principal":
+        return Principal(x)
+    if t == "Blob":
+        return base64.b64decode(x)
+    if t == "Bytes":
+        return bytes(x)
+    if t in ("Array", "Set"):
+        return [to_python(v) for v in x]
+    if t == "Map":
+        return {k: to_python(v) for k, v in x}
+    if t == "ValueMap":
+        return {_tuple_key(to_python(k)): to_python(v) for k, v in x}
+    if t == "Class":
+        return {p["name"]: to_python(p["value"]) for p in x}
+    if t == "Option":
+        return None if x is None else to_python(x)
+    if t == "Floats":
+        return [float(f) for f in x]
+    return list(x)  # Nats
+
+
+def map_get(pairs: Iterable[Any], key: str, default: Any = None) -> Any:
+    """The wire value under ``key`` in a Map's pairs (last one wins), or ``default``."""
+    found = default
+    for k, v in pairs:
+        if k == key:
+            found = v
+    return found
+
+
+def wire_map(items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> list[list[Any]]:
+    """Pairs of an ICRC-16 Map in wire form from a mapping of already-wire values."""
+    it = items.items() if isinstance(items, Mapping) else items
+    return [[k, v] for k, v in it]
+

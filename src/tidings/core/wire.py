@@ -1,0 +1,220 @@
+"""Wire types of the ICRC-72 methods, as msgspec Structs.
+
+These Structs are the single description of what travels: the HTTP API decodes
+bodies with them, the SDK encodes with them, and the OpenAPI document is generated
+from them. Field names follow the ICRC-72 draft (``eventId`` next to ``prev_id`` is
+the draft's own mix). ICRC-16 values inside are kept in wire form (``Any``) and
+checked by :func:`tidings.core.values.check`.
+
+Results are batch in, itemized out: one entry per input item, in input order, each
+``{"Ok": ...}`` or ``{"Err": {"<Code>": ...}}``, or ``null`` for an item not processed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+__all__ = [
+    "BroadcasterInfo",
+    "ConfirmResult",
+    "Err",
+    "Event",
+    "EventNotification",
+    "EventRelay",
+    "GenericError",
+    "InfoQuery",
+    "ItemResult",
+    "NotificationResult",
+    "PrincipalCreate",
+    "PrincipalCreated",
+    "PublicationInfo",
+    "PublicationRegistration",
+    "PublisherInfo",
+    "SubscriberInfo",
+    "SubscriptionInfo",
+    "SubscriptionQuery",
+    "SubscriptionRegistration",
+]
+
+ICRC16 = Any
+"""An ICRC-16 value in wire form (``{"Nat": 5}``)."""
+
+ICRC16Map = list[tuple[str, Any]]
+"""The pairs of an ICRC-16 Map: ``[["key", {"Text": "v"}], ...]``."""
+
+
+class Event(Struct, kw_only=True, omit_defaults=True):
+    """An event as a publisher hands it to ``icrc72_publish``.
+
+    The broadcaster assigns ``id``, ``prev_id`` and ``timestamp``; see docs/wire-format.md
+    for what a publisher-supplied ``id`` means.
+    """
+
+    namespace: str
+    data: ICRC16
+    id: int | str | None = None
+    timestamp: int | None = None
+    headers: ICRC16Map | None = None
+
+
+class EventRelay(Struct, kw_only=True, omit_defaults=True):
+    """An event as stored in the log and relayed between broadcasters."""
+
+    id: int
+    prev_id: int | None
+    timestamp: int
+    namespace: str
+    source: str
+    data: ICRC16
+    headers: ICRC16Map = []
+
+
+class EventNotification(Struct, kw_only=True):
+    """One event as pushed to a subscriber (``icrc72_handle_notification``)."""
+
+    id: int
+    eventId: int
+    prev_id: int | None
+    timestamp: int
+    namespace: str
+    data: ICRC16
+    source: str
+    filter: str | None = None
+    headers: ICRC16Map = []
+
+
+class GenericError(Struct):
+    error_code: int
+    message: str
+
+
+class Err(Struct, omit_defaults=True):
+    """An item's error: exactly one field is set. Which codes a method uses is in docs."""
+
+    Unauthorized: str | UnsetType = UNSET
+    ImproperId: str | UnsetType = UNSET
+    ImproperConfig: str | UnsetType = UNSET
+    NotFound: str | UnsetType = UNSET
+    Busy: str | UnsetType = UNSET
+    GenericError: GenericError | UnsetType = UNSET
+    GenericBatchError: str | UnsetType = UNSET
+
+    @property
+    def code(self) -> str:
+        for name in self.__struct_fields__:
+            if getattr(self, name) is not UNSET:
+                return name
+        raise ValueError("empty error")
+
+
+class ItemResult(Struct, omit_defaults=True):
+    """``{"Ok": value}`` or ``{"Err": {...}}``."""
+
+    Ok: Any = UNSET
+    Err: Err | UnsetType = UNSET
+
+
+class NotificationResult(Struct, omit_defaults=True):
+    """A subscriber's answer for one notification in trusted mode."""
+
+    Ok: Any = UNSET
+    Err: Any = UNSET
+
+
+class ConfirmResult(Struct, omit_defaults=True):
+    """``{"allAccepted": null}`` or ``{"itemized": [...]}``, as ICRC-72 ``confirm_messages``."""
+
+    allAccepted: None | UnsetType = UNSET
+    itemized: list[ItemResult | None] | UnsetType = UNSET
+
+
+class PublicationRegistration(Struct, kw_only=True):
+    namespace: str
+    config: ICRC16Map = []
+
+
+class SubscriptionRegistration(Struct, kw_only=True):
+    """A subscription request. ``endpoint`` is where notifications are POSTed.
+
+    ``mode`` chooses the confirmation: ``trusted`` (the endpoint's 2xx answer confirms)
+    or ``oneshot`` (the subscriber calls ``icrc72_confirm_notifications`` later).
+    """
+
+    namespace: str
+    endpoint: str | None = None
+    config: ICRC16Map = []
+    filter: str | None = None
+    skip: int | list[int] | None = None
+    stopped: bool = False
+    mode: Literal["trusted", "oneshot"] = "trusted"
+
+
+class InfoQuery(Struct, kw_only=True, omit_defaults=True):
+    """Paging for the info queries: items after ``prev``, at most ``take`` of them."""
+
+    prev: str | None = None
+    take: int | None = None
+    statsFilter: list[str] | None = None
+
+
+class SubscriptionQuery(Struct, kw_only=True, omit_defaults=True):
+    namespace: str | None = None
+    prev: int | None = None
+    take: int | None = None
+    statsFilter: list[str] | None = None
+
+
+class PublicationInfo(Struct, kw_only=True):
+    namespace: str
+    config: ICRC16Map
+    stats: ICRC16Map
+
+
+class PublisherInfo(Struct, kw_only=True):
+    publisher: str
+    stats: ICRC16Map
+
+
+class SubscriberInfo(Struct, kw_only=True):
+    subscriber: str
+    stats: ICRC16Map
+
+
+class SubscriptionInfo(Struct, kw_only=True):
+    id: int
+    subscriber: str
+    namespace: str
+    endpoint: str | None
+    mode: str
+    config: ICRC16Map
+    stats: ICRC16Map
+
+
+class BroadcasterInfo(Struct, kw_only=True):
+    broadcaster: str
+    stats: ICRC16Map
+
+
+class PrincipalCreate(Struct, kw_only=True):
+    name: str
+    admin: bool = False
+
+
+class PrincipalCreated(Struct, kw_only=True):
+    name: str
+    token: str
+    admin: bool
+
+
+def ok(value: Any = None) -> ItemResult:
+    return ItemResult(Ok=value)
+
+
+def err(code: str, detail: Any) -> ItemResult:
+    return ItemResult(Err=Err(**{code: detail}))
+
+
+encoder = msgspec.json.Encoder()

@@ -1,0 +1,86 @@
+"""The exceptions tidings raises, one tree for the whole package.
+
+::
+
+    TidingsError
+    ├── ApiError                 an HTTP request is refused; carries ``code`` and ``status``
+    │   ├── BadRequest           400  malformed_json, invalid_argument, invalid_value
+    │   ├── Unauthenticated      401  unauthenticated
+    │   ├── Forbidden            403  forbidden
+    │   ├── NotFound             404  unknown_method, namespace_not_found, not_found
+    │   ├── PayloadTooLarge      413  payload_too_large
+    │   └── Unavailable          503  unavailable
+    ├── StoreError               the store failed (I/O, corruption); the request is not applied
+    └── ConfigError              a setting is missing or invalid
+
+The ``code`` strings are stable and are what clients and tests should look at; the
+messages are for people and may change. ``tidings.client`` raises its own subclasses
+(see ``tidings.client.ClientError``) carrying the same codes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "ConfigError",
+    "Forbidden",
+    "NotFound",
+    "PayloadTooLarge",
+    "StoreError",
+    "TidingsError",
+    "Unauthenticated",
+    "Unavailable",
+]
+
+
+class TidingsError(Exception):
+    """Root of every exception tidings raises on purpose."""
+
+
+class ApiError(TidingsError):
+    status: int = 500
+    default_code: str = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+
+
+class BadRequest(ApiError):
+    status = 400
+    default_code = "invalid_argument"
+
+
+class Unauthenticated(ApiError):
+    status = 401
+    default_code = "unauthenticated"
+
+
+class Forbidden(ApiError):
+    status = 403
+    default_code = "forbidden"
+
+
+class NotFound(ApiError):
+    status = 404
+    default_code = "not_found"
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    default_code = "payload_too_large"
+
+
+class Unavailable(ApiError):
+    status = 503
+    default_code = "unavailable"
+
+
+class StoreError(TidingsError):
+    """The store could not complete an operation; nothing of it was applied."""
+
+
+class ConfigError(TidingsError):
+    """A setting is missing or has an invalid value."""

@@ -1,0 +1,54 @@
+"""Running the service: the broker on the embedded store behind uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import uvicorn
+
+from .api import create_app
+from .broker import Broker
+from .settings import Settings
+from .store import SQLiteStore
+
+__all__ = ["serve"]
+
+
+def serve(settings: Settings) -> int:
+    """Run until SIGINT or SIGTERM; return the exit status."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return asyncio.run(_serve(settings))
+    return uvloop.run(_serve(settings))
+
+
+async def _serve(settings: Settings) -> int:
+    broker = Broker(settings, SQLiteStore(settings.db_path))
+    async with broker:
+        token_file = settings.data_dir / "admin.token"
+        created = await broker.ensure_admin(token_file)
+        app = create_app(broker, manage_broker=False)
+        config = uvicorn.Config(
+            app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
+            log_level="warning", access_log=False, server_header=False,
+        )
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if task.done():
+            await task
+            print(f"tidings: could not listen on {settings.host}:{settings.port}", file=sys.stderr)
+            return 1
+        host, port = server.servers[0].sockets[0].getsockname()[:2]
+        print(f"tidings {settings.db_path} listening on http://{host}:{port}", flush=True)
+        print(f"  OpenAPI: http://{host}:{port}/openapi.json", flush=True)
+        if created:
+            print(f"  admin token written to {token_file} (created now)", flush=True)
+        else:
+            print(f"  admin token: see {token_file}", flush=True)
+        print("  more principals: tidings principal create NAME  (prints the token)", flush=True)
+        await task
+    return 0

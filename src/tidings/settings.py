@@ -1,0 +1,96 @@
+"""Service settings: one typed dataclass, read from ``TIDINGS_*`` environment variables.
+
+Every field can be set as ``TIDINGS_<FIELD NAME IN CAPITALS>``; the CLI's flags override
+the environment. docs/operations.md lists them with their defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["Settings"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    """Address the HTTP API listens on."""
+
+    port: int = 8072
+    """Port the HTTP API listens on."""
+
+    data_dir: Path = Path("var")
+    """Folder of the embedded store (``tidings.db``) and the first admin token."""
+
+    broadcaster_id: str = "tidings-broadcaster-1"
+    """This broadcaster's principal, the ``source`` of notifications it sends."""
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    """Largest request body accepted; larger ones get 413 ``payload_too_large``."""
+
+    max_batch_items: int = 10_000
+    """Most items in one batch call; more make every item ``GenericBatchError``."""
+
+    max_pending_events: int = 200_000
+    """Events accepted but not yet committed beyond which publishes answer ``Busy``."""
+
+    delivery_batch_size: int = 100
+    """Most notifications in one push."""
+
+    delivery_linger_ms: float = 0.0
+    """How long a push waits for more events to fill a batch (0: send what is there)."""
+
+    push_timeout_s: float = 10.0
+    """Deadline for a subscriber endpoint to answer one push."""
+
+    retry_initial_s: float = 0.5
+    """First delay before a failed push is tried again; doubles up to ``retry_max_s``."""
+
+    retry_max_s: float = 30.0
+    """Longest delay between two tries of a failed push."""
+
+    ack_deadline_s: float = 30.0
+    """In ``oneshot`` mode, how long a pushed notification may stay unconfirmed before it is sent again."""
+
+    tail_capacity: int = 100_000
+    """Recent events kept in memory so live delivery need not read the store."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``TIDINGS_*`` variables, then ``overrides`` (``None`` values ignored)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"TIDINGS_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _parse(f.name, f.type, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "tidings.db"
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def _parse(name: str, typ: Any, raw: str) -> Any:
+    kind = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "Path":
+            return Path(raw)
+        return raw
+    except ValueError:
+        raise ConfigError(f"TIDINGS_{name.upper()}={raw!r} is not a valid {kind}") from None

@@ -1,0 +1,27 @@
+"""Storage backends behind one interface: ``Store``, with SQLite and in-memory versions."""
+
+from ._base import (
+    NewEvent,
+    PendingNotification,
+    PrincipalRecord,
+    PublicationRecord,
+    Stat,
+    Store,
+    StoredEvent,
+    SubscriptionRecord,
+)
+from .memory import MemoryStore
+from .sqlite import SQLiteStore
+
+__all__ = [
+    "MemoryStore",
+    "NewEvent",
+    "PendingNotification",
+    "PrincipalRecord",
+    "PublicationRecord",
+    "SQLiteStore",
+    "Stat",
+    "Store",
+    "StoredEvent",
+    "SubscriptionRecord",
+]

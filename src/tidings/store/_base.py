@@ -1,0 +1,242 @@
+"""The store interface every backend implements, and the records it speaks in.
+
+A store holds the append-only event log, the registry (principals, publications,
+subscriptions), the notifications not yet confirmed, and statistics counters.
+
+Contract (checked for every backend by ``tests/test_store_contract.py``):
+
+* ``append`` assigns each namespace a gap-free chain of event ids starting at 1, each
+  event's ``prev_id`` being the previous id of its namespace (``None`` for the first),
+  and a global ``seq`` increasing across namespaces. It returns only once the events
+  are durable. Concurrent calls may share one transaction (group commit); a failed
+  call leaves no trace and no gap.
+* Writes that belong together (notifications and the subscription cursor, counters
+  and what they count) are applied atomically.
+* Reads never see a half-applied write.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "NewEvent",
+    "PendingNotification",
+    "PrincipalRecord",
+    "PublicationRecord",
+    "Stat",
+    "Store",
+    "StoredEvent",
+    "SubscriptionRecord",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrincipalRecord:
+    name: str
+    admin: bool = False
+    created_at: int = 0
+    """UTC nanoseconds."""
+
+
+@dataclass(slots=True, kw_only=True)
+class PublicationRecord:
+    namespace: str
+    owner: str
+    config: list[Any] = field(default_factory=list)
+    """ICRC-16 Map pairs in wire form, as registered (unknown keys kept)."""
+    created_at: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class SubscriptionRecord:
+    id: int
+    subscriber: str
+    namespace: str
+    endpoint: str | None
+    mode: str = "trusted"
+    config: list[Any] = field(default_factory=list)
+    cursor: int = 0
+    """Global ``seq`` of the last event this subscription has considered."""
+    created_at: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewEvent:
+    """An accepted event before it has ids: data and headers already JSON-encoded."""
+
+    namespace: str
+    source: str
+    timestamp: int
+    data: bytes
+    headers: bytes = b"[]"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredEvent:
+    seq: int
+    namespace: str
+    id: int
+    prev_id: int | None
+    timestamp: int
+    source: str
+    data: bytes
+    """The ICRC-16 data, JSON-encoded wire form."""
+    headers: bytes
+    """The header Map pairs, JSON-encoded wire form."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingNotification:
+    id: int
+    subscription_id: int
+    seq: int
+    namespace: str
+    attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """A counter increment: ``scope`` is publication, publisher, subscriber or subscription."""
+
+    scope: str
+    key: str
+    name: str
+    delta: int = 1
+
+
+class Store(ABC):
+    """Async storage for one broker. Open with ``await store.open()``, close with ``close()``."""
+
+    @abstractmethod
+    async def open(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    # -- principals -------------------------------------------------------------------
+
+    @abstractmethod
+    async def create_principal(self, record: PrincipalRecord, token_hash: bytes) -> bool:
+        """Create a principal with its first token; False if the name is taken."""
+
+    @abstractmethod
+    async def add_token(self, name: str, token_hash: bytes) -> bool:
+        """Add a token to an existing principal; False if there is no such principal."""
+
+    @abstractmethod
+    async def principal_by_token(self, token_hash: bytes) -> PrincipalRecord | None: ...
+
+    @abstractmethod
+    async def list_principals(self) -> list[PrincipalRecord]: ...
+
+    # -- publications -----------------------------------------------------------------
+
+    @abstractmethod
+    async def create_publication(self, record: PublicationRecord) -> bool:
+        """Store a new publication; False if its namespace is already registered."""
+
+    @abstractmethod
+    async def update_publication(self, record: PublicationRecord) -> None: ...
+
+    @abstractmethod
+    async def list_publications(self, after: str | None = None, limit: int | None = None) -> list[
+        PublicationRecord
+    ]:
+        """Publications ordered by namespace, those after ``after``."""
+
+    @abstractmethod
+    async def add_publisher(self, namespace: str, principal: str) -> bool:
+        """Register ``principal`` as a publisher of ``namespace``; False if it already was."""
+
+    @abstractmethod
+    async def list_publishers(self, namespace: str | None = None) -> list[tuple[str, str]]:
+        """``(namespace, principal)`` pairs, ordered by namespace then principal."""
+
+    # -- subscriptions ----------------------------------------------------------------
+
+    @abstractmethod
+    async def create_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord:
+        """Store a subscription; ``id`` and ``cursor`` (the log head now) are assigned."""
+
+    @abstractmethod
+    async def update_subscription(self, record: SubscriptionRecord) -> None:
+        """Replace config, endpoint and mode (not the cursor)."""
+
+    @abstractmethod
+    async def delete_subscription(self, subscription_id: int) -> None:
+        """Remove a subscription and its pending notifications."""
+
+    @abstractmethod
+    async def list_subscriptions(
+        self, namespace: str | None = None, after: int | None = None, limit: int | None = None
+    ) -> list[SubscriptionRecord]:
+        """Subscriptions ordered by id."""
+
+    # -- the event log ----------------------------------------------------------------
+
+    @abstractmethod
+    async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
+        """Append events durably, with counter increments in the same transaction."""
+
+    @abstractmethod
+    async def read_after(
+        self, seq: int, namespaces: Sequence[str] | None = None, limit: int = 1000
+    ) -> list[StoredEvent]:
+        """Events with ``seq`` greater than the given one, in ``seq`` order."""
+
+    @abstractmethod
+    async def read_seqs(self, seqs: Sequence[int]) -> list[StoredEvent]:
+        """The events with these ``seq`` values, in ``seq`` order (missing ones skipped)."""
+
+    @abstractmethod
+    async def head(self) -> int:
+        """The highest ``seq`` in the log (0 when empty)."""
+
+    # -- notifications ----------------------------------------------------------------
+
+    @abstractmethod
+    async def open_notifications(
+        self,
+        subscription_id: int,
+        events: Sequence[StoredEvent],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+    ) -> list[int]:
+        """Record notifications for these events as pending, move the cursor, return their ids.
+
+        Notification ids are unique for this store and increase. If the subscription no
+        longer exists, nothing is written and ``[]`` is returned.
+        """
+
+    @abstractmethod
+    async def settle_notifications(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+        """Remove pending notifications (confirmed); return the ids that were pending."""
+
+    @abstractmethod
+    async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
+        """The pending notifications among ``ids``."""
+
+    @abstractmethod
+    async def pending(self, subscription_id: int) -> list[PendingNotification]:
+        """Pending notifications of a subscription, oldest first."""
+
+    @abstractmethod
+    async def last_notification_id(self) -> int:
+        """The highest notification id ever issued (0 when none)."""
+
+    @abstractmethod
+    async def count_attempt(self, ids: Sequence[int]) -> None:
+        """Increase the attempt count of pending notifications."""
+
+    # -- statistics -------------------------------------------------------------------
+
+    @abstractmethod
+    async def add_stats(self, stats: Iterable[Stat]) -> None: ...
+
+    @abstractmethod
+    async def stats(self, scope: str, key: str) -> dict[str, int]:
+        """Counters of one publication, publisher, subscriber or subscription."""

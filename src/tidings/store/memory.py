@@ -1,0 +1,313 @@
+"""The in-memory store: plain dicts and lists, for tests and throwaway brokers.
+
+It behaves like ``SQLiteStore`` in everything a caller can observe (ordering, ids,
+return values, what a failed call leaves) except durability. No method awaits, so on
+one event loop every call is atomic without locks; each write first computes all it
+will change and only then mutates, so a call that raises leaves nothing behind.
+
+Records handed out are fresh objects and configs are kept JSON-encoded, as in SQLite,
+so callers can neither alter the store's state nor see values the SQLite store would
+not return (a tuple comes back as a list).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from ..errors import StoreError
+from ._base import (
+    NewEvent,
+    PendingNotification,
+    PrincipalRecord,
+    PublicationRecord,
+    Stat,
+    Store,
+    StoredEvent,
+    SubscriptionRecord,
+)
+
+__all__ = ["MemoryStore"]
+
+_enc = msgspec.json.encode
+_dec = msgspec.json.decode
+
+
+def _aggregate(stats: Iterable[Stat]) -> dict[tuple[str, str, str], int]:
+    """Sum the deltas per counter, dropping those that cancel out (as SQLite does)."""
+    agg: dict[tuple[str, str, str], int] = {}
+    for s in stats:
+        k = (s.scope, s.key, s.name)
+        agg[k] = agg.get(k, 0) + s.delta
+    return {k: v for k, v in agg.items() if v}
+
+
+def _limited(rows: list[Any], limit: int | None) -> list[Any]:
+    # SQLite reads a negative LIMIT as "no limit".
+    return rows if limit is None or limit < 0 else rows[:limit]
+
+
+class _Sub:
+    """A subscription as stored: config JSON-encoded, everything else plain."""
+
+    __slots__ = ("config", "created_at", "cursor", "endpoint", "id", "mode", "namespace", "subscriber")
+
+    def __init__(self, r: SubscriptionRecord, sub_id: int, cursor: int) -> None:
+        self.id = sub_id
+        self.subscriber = r.subscriber
+        self.namespace = r.namespace
+        self.endpoint = r.endpoint
+        self.mode = r.mode
+        self.config = _enc(r.config)
+        self.cursor = cursor
+        self.created_at = r.created_at
+
+    def record(self) -> SubscriptionRecord:
+        return SubscriptionRecord(
+            id=self.id, subscriber=self.subscriber, namespace=self.namespace, endpoint=self.endpoint,
+            mode=self.mode, config=_dec(self.config), cursor=self.cursor, created_at=self.created_at,
+        )
+
+
+class MemoryStore(Store):
+    """Everything in this process's memory; lost when the object is. Survives close/open."""
+
+    def __init__(self) -> None:
+        self._open = False
+        self._principals: dict[str, PrincipalRecord] = {}
+        self._tokens: dict[bytes, str] = {}
+        # namespace -> (owner, JSON config, created_at)
+        self._publications: dict[str, tuple[str, bytes, int]] = {}
+        self._publishers: set[tuple[str, str]] = set()
+        self._subs: dict[int, _Sub] = {}
+        self._last_sub_id = 0
+        self._events: list[StoredEvent] = []  # seq n is at index n - 1
+        self._last_ids: dict[str, int] = {}
+        self._notes: dict[int, PendingNotification] = {}  # insertion order is id order
+        self._last_note_id = 0
+        self._stats: dict[tuple[str, str, str], int] = {}
+
+    async def open(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    def _check(self) -> None:
+        if not self._open:
+            raise StoreError("store is not open")
+
+    def _apply_stats(self, agg: dict[tuple[str, str, str], int]) -> None:
+        for k, v in agg.items():
+            self._stats[k] = self._stats.get(k, 0) + v
+
+    # -- principals -------------------------------------------------------------------
+
+    async def create_principal(self, record: PrincipalRecord, token_hash: bytes) -> bool:
+        self._check()
+        if record.name in self._principals:
+            return False
+        if token_hash in self._tokens:
+            raise StoreError("token hash already in use")
+        self._principals[record.name] = PrincipalRecord(
+            name=record.name, admin=bool(record.admin), created_at=record.created_at
+        )
+        self._tokens[token_hash] = record.name
+        return True
+
+    async def add_token(self, name: str, token_hash: bytes) -> bool:
+        self._check()
+        if name not in self._principals:
+            return False
+        if token_hash in self._tokens:
+            raise StoreError("token hash already in use")
+        self._tokens[token_hash] = name
+        return True
+
+    async def principal_by_token(self, token_hash: bytes) -> PrincipalRecord | None:
+        self._check()
+        name = self._tokens.get(token_hash)
+        return None if name is None else self._principals[name]
+
+    async def list_principals(self) -> list[PrincipalRecord]:
+        self._check()
+        return [self._principals[n] for n in sorted(self._principals)]
+
+    # -- publications -----------------------------------------------------------------
+
+    async def create_publication(self, record: PublicationRecord) -> bool:
+        self._check()
+        if record.namespace in self._publications:
+            return False
+        self._publications[record.namespace] = (record.owner, _enc(record.config), record.created_at)
+        return True
+
+    async def update_publication(self, record: PublicationRecord) -> None:
+        self._check()
+        old = self._publications.get(record.namespace)
+        if old is not None:
+            self._publications[record.namespace] = (record.owner, _enc(record.config), old[2])
+
+    async def list_publications(
+        self, after: str | None = None, limit: int | None = None
+    ) -> list[PublicationRecord]:
+        self._check()
+        names = sorted(n for n in self._publications if n > (after or ""))
+        out = []
+        for n in _limited(names, limit):
+            owner, config, created = self._publications[n]
+            out.append(PublicationRecord(namespace=n, owner=owner, config=_dec(config), created_at=created))
+        return out
+
+    async def add_publisher(self, namespace: str, principal: str) -> bool:
+        self._check()
+        if (namespace, principal) in self._publishers:
+            return False
+        self._publishers.add((namespace, principal))
+        return True
+
+    async def list_publishers(self, namespace: str | None = None) -> list[tuple[str, str]]:
+        self._check()
+        return sorted(p for p in self._publishers if namespace is None or p[0] == namespace)
+
+    # -- subscriptions ----------------------------------------------------------------
+
+    async def create_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord:
+        self._check()
+        sub = _Sub(record, self._last_sub_id + 1, len(self._events))
+        self._last_sub_id = sub.id
+        self._subs[sub.id] = sub
+        # SQLite hands back the caller's config as given, not its JSON round trip.
+        return dataclasses.replace(record, id=sub.id, cursor=sub.cursor, config=copy.deepcopy(record.config))
+
+    async def update_subscription(self, record: SubscriptionRecord) -> None:
+        self._check()
+        sub = self._subs.get(record.id)
+        if sub is not None:
+            config = _enc(record.config)
+            sub.endpoint, sub.mode, sub.config = record.endpoint, record.mode, config
+
+    async def delete_subscription(self, subscription_id: int) -> None:
+        self._check()
+        self._subs.pop(subscription_id, None)
+        self._notes = {i: n for i, n in self._notes.items() if n.subscription_id != subscription_id}
+
+    async def list_subscriptions(
+        self, namespace: str | None = None, after: int | None = None, limit: int | None = None
+    ) -> list[SubscriptionRecord]:
+        self._check()
+        subs = [
+            s for i, s in sorted(self._subs.items())
+            if i > (after or 0) and (namespace is None or s.namespace == namespace)
+        ]
+        return [s.record() for s in _limited(subs, limit)]
+
+    # -- the event log ----------------------------------------------------------------
+
+    async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
+        self._check()
+        agg = _aggregate(stats)
+        seq = len(self._events)
+        last = dict(self._last_ids)
+        out: list[StoredEvent] = []
+        for e in events:
+            prev = last.get(e.namespace, 0)
+            seq += 1
+            last[e.namespace] = prev + 1
+            out.append(StoredEvent(
+                seq=seq, namespace=e.namespace, id=prev + 1, prev_id=prev or None, timestamp=e.timestamp,
+                source=e.source, data=e.data, headers=e.headers,
+            ))
+        self._events.extend(out)
+        self._last_ids = last
+        self._apply_stats(agg)
+        return out
+
+    async def read_after(
+        self, seq: int, namespaces: Sequence[str] | None = None, limit: int = 1000
+    ) -> list[StoredEvent]:
+        self._check()
+        tail = self._events[max(seq, 0):]
+        if namespaces is not None:
+            wanted = set(namespaces)
+            tail = [e for e in tail if e.namespace in wanted]
+        return _limited(tail, limit)
+
+    async def read_seqs(self, seqs: Sequence[int]) -> list[StoredEvent]:
+        self._check()
+        n = len(self._events)
+        return [self._events[s - 1] for s in sorted(set(seqs)) if 1 <= s <= n]
+
+    async def head(self) -> int:
+        self._check()
+        return len(self._events)
+
+    # -- notifications ----------------------------------------------------------------
+
+    async def open_notifications(
+        self,
+        subscription_id: int,
+        events: Sequence[StoredEvent],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+    ) -> list[int]:
+        self._check()
+        stats = list(stats)  # taken before the existence check, as SQLite does
+        sub = self._subs.get(subscription_id)
+        if sub is None:
+            return []
+        agg = _aggregate(stats)
+        notes = [
+            PendingNotification(id=self._last_note_id + i, subscription_id=subscription_id,
+                                seq=e.seq, namespace=e.namespace)
+            for i, e in enumerate(events, 1)
+        ]
+        for n in notes:
+            self._notes[n.id] = n
+        self._last_note_id += len(notes)
+        sub.cursor = cursor
+        self._apply_stats(agg)
+        return [n.id for n in notes]
+
+    async def settle_notifications(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+        self._check()
+        agg = _aggregate(stats)
+        done = []
+        for i in ids:
+            if self._notes.pop(i, None) is not None:
+                done.append(i)
+        self._apply_stats(agg)
+        return done
+
+    async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
+        self._check()
+        return [self._notes[i] for i in sorted(set(ids)) if i in self._notes]
+
+    async def pending(self, subscription_id: int) -> list[PendingNotification]:
+        self._check()
+        return [n for n in self._notes.values() if n.subscription_id == subscription_id]
+
+    async def last_notification_id(self) -> int:
+        self._check()
+        return self._last_note_id
+
+    async def count_attempt(self, ids: Sequence[int]) -> None:
+        self._check()
+        for i in ids:
+            n = self._notes.get(i)
+            if n is not None:
+                self._notes[i] = dataclasses.replace(n, attempts=n.attempts + 1)
+
+    # -- statistics -------------------------------------------------------------------
+
+    async def add_stats(self, stats: Iterable[Stat]) -> None:
+        self._check()
+        self._apply_stats(_aggregate(stats))
+
+    async def stats(self, scope: str, key: str) -> dict[str, int]:
+        self._check()
+        return {n: v for (s, k, n), v in self._stats.items() if s == scope and k == key}

@@ -1,0 +1,635 @@
+"""The embedded store: one SQLite database in WAL mode.
+
+One writer thread owns the only writing connection. Every write is a closure queued to
+it; the thread takes all queued closures at once, runs each inside its own SAVEPOINT of
+one transaction, commits with ``synchronous=FULL`` and only then resolves the callers'
+futures. Concurrent publishes therefore share one fsync (group commit) and are answered
+only when durable; a closure that fails rolls back to its savepoint and fails alone.
+
+Reads run on a small thread pool, each thread with its own read connection; WAL lets
+them proceed while the writer commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from ..errors import StoreError
+from ._base import (
+    NewEvent,
+    PendingNotification,
+    PrincipalRecord,
+    PublicationRecord,
+    Stat,
+    Store,
+    StoredEvent,
+    SubscriptionRecord,
+)
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS principals (
+    name TEXT PRIMARY KEY,
+    admin INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash BLOB PRIMARY KEY,
+    principal TEXT NOT NULL REFERENCES principals(name)
+);
+CREATE TABLE IF NOT EXISTS publications (
+    namespace TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    config BLOB NOT NULL,
+    last_event_id INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS publishers (
+    namespace TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    PRIMARY KEY (namespace, principal)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS subscriptions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    subscriber TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    endpoint TEXT,
+    mode TEXT NOT NULL,
+    config BLOB NOT NULL,
+    cursor INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS subscriptions_ns ON subscriptions(namespace, id);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    prev_id INTEGER,
+    timestamp INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    headers BLOB NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS events_ns_id ON events(namespace, id);
+CREATE INDEX IF NOT EXISTS events_ns_seq ON events(namespace, seq);
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    subscription_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    namespace TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS notifications_sub ON notifications(subscription_id, id);
+CREATE TABLE IF NOT EXISTS stats (
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY (scope, key, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+_EVENT_COLS = "seq, namespace, id, prev_id, timestamp, source, data, headers"
+_enc = msgspec.json.encode
+_dec = msgspec.json.decode
+
+
+def _event(row: tuple[Any, ...]) -> StoredEvent:
+    return StoredEvent(
+        seq=row[0], namespace=row[1], id=row[2], prev_id=row[3], timestamp=row[4],
+        source=row[5], data=row[6], headers=row[7],
+    )
+
+
+def _sub(row: tuple[Any, ...]) -> SubscriptionRecord:
+    return SubscriptionRecord(
+        id=row[0], subscriber=row[1], namespace=row[2], endpoint=row[3], mode=row[4],
+        config=_dec(row[5]), cursor=row[6], created_at=row[7],
+    )
+
+
+_SUB_COLS = "id, subscriber, namespace, endpoint, mode, config, cursor, created_at"
+
+
+def _aggregate(stats: Iterable[Stat]) -> list[tuple[str, str, str, int]]:
+    agg: dict[tuple[str, str, str], int] = {}
+    for s in stats:
+        k = (s.scope, s.key, s.name)
+        agg[k] = agg.get(k, 0) + s.delta
+    return [(*k, v) for k, v in agg.items() if v]
+
+
+def _apply_stats(conn: sqlite3.Connection, stats: Iterable[Stat]) -> None:
+    rows = _aggregate(stats)
+    if rows:
+        conn.executemany(
+            "INSERT INTO stats(scope, key, name, value) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(scope, key, name) DO UPDATE SET value = value + excluded.value",
+            rows,
+        )
+
+
+class _Writer(threading.Thread):
+    """The single writing connection and its group-commit loop."""
+
+    def __init__(self, path: str, max_batch: int) -> None:
+        super().__init__(name="tidings-sqlite-writer", daemon=True)
+        self._path = path
+        self._max_batch = max_batch
+        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        # Per-namespace last event id, owned by this thread and filled on a namespace's
+        # first append from the events table (indexed). ``staged`` holds the values
+        # of the transaction in progress and is merged only after COMMIT succeeds, so a
+        # failed transaction can never leave a gap in a chain.
+        self.last_ids: dict[str, int] = {}
+        self.staged: dict[str, int] = {}
+
+    def run(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
+            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.executescript(_SCHEMA)
+        except BaseException as e:  # reported to open()
+            self.error = e
+            self.ready.set()
+            return
+        self.ready.set()
+        while True:
+            first = self.jobs.get()
+            if first is None:
+                break
+            batch = [first]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
+            self._commit(conn, batch)
+            if stop:
+                break
+        conn.close()
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+        results: list[tuple[bool, Any]] = []
+        self.staged = {}
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn, _fut, _loop in batch:
+                conn.execute("SAVEPOINT job")
+                staged_before = dict(self.staged)
+                try:
+                    res = fn(conn, self)
+                except Exception as e:  # this job fails alone
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    self.staged = staged_before
+                    results.append((False, e))
+                else:
+                    conn.execute("RELEASE job")
+                    results.append((True, res))
+            conn.execute("COMMIT")
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            failure = StoreError(f"commit failed: {e}")
+            results = [(False, failure)] * len(batch)
+        else:
+            self.last_ids.update(self.staged)
+        for (fn, fut, loop), (good, value) in zip(batch, results, strict=True):
+            loop.call_soon_threadsafe(_settle, fut, good, value)
+
+
+def _settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
+    if fut.done():
+        return
+    if good:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+class SQLiteStore(Store):
+    """SQLite in WAL mode under ``path`` (a file; its folder is created)."""
+
+    def __init__(self, path: str | Path, *, max_batch: int = 512, readers: int = 2) -> None:
+        self._path = str(path)
+        self._max_batch = max_batch
+        self._readers = readers
+        self._writer: _Writer | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    async def open(self) -> None:
+        if self._path != ":memory:":
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        w = _Writer(self._path, self._max_batch)
+        w.start()
+        await asyncio.to_thread(w.ready.wait)
+        if w.error is not None:
+            raise StoreError(f"cannot open {self._path}: {w.error}") from w.error
+        self._writer = w
+        self._pool = ThreadPoolExecutor(self._readers, thread_name_prefix="tidings-sqlite-reader")
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.jobs.put(None)
+            await asyncio.to_thread(self._writer.join)
+            self._writer = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        with self._conns_lock:
+            for c in self._conns:
+                c.close()
+            self._conns.clear()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[sqlite3.Connection, _Writer], T]) -> asyncio.Future[T]:
+        if self._writer is None:
+            raise StoreError("store is not open")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._writer.jobs.put((fn, fut, loop))
+        return fut
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute("PRAGMA query_only=ON")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._pool is None:
+            raise StoreError("store is not open")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(self._reader()))
+
+    # -- principals -------------------------------------------------------------------
+
+    async def create_principal(self, record: PrincipalRecord, token_hash: bytes) -> bool:
+        def job(c: sqlite3.Connection, w: _Writer) -> bool:
+            if c.execute("SELECT 1 FROM principals WHERE name = ?", (record.name,)).fetchone():
+                return False
+            c.execute(
+                "INSERT INTO principals(name, admin, created_at) VALUES (?, ?, ?)",
+                (record.name, int(record.admin), record.created_at),
+            )
+            c.execute("INSERT INTO tokens(hash, principal) VALUES (?, ?)", (token_hash, record.name))
+            return True
+
+        return await self._write(job)
+
+    async def add_token(self, name: str, token_hash: bytes) -> bool:
+        def job(c: sqlite3.Connection, w: _Writer) -> bool:
+            if not c.execute("SELECT 1 FROM principals WHERE name = ?", (name,)).fetchone():
+                return False
+            c.execute("INSERT INTO tokens(hash, principal) VALUES (?, ?)", (token_hash, name))
+            return True
+
+        return await self._write(job)
+
+    async def principal_by_token(self, token_hash: bytes) -> PrincipalRecord | None:
+        def q(c: sqlite3.Connection) -> PrincipalRecord | None:
+            row = c.execute(
+                "SELECT p.name, p.admin, p.created_at FROM tokens t JOIN principals p "
+                "ON p.name = t.principal WHERE t.hash = ?",
+                (token_hash,),
+            ).fetchone()
+            return None if row is None else PrincipalRecord(name=row[0], admin=bool(row[1]), created_at=row[2])
+
+        return await self._read(q)
+
+    async def list_principals(self) -> list[PrincipalRecord]:
+        def q(c: sqlite3.Connection) -> list[PrincipalRecord]:
+            rows = c.execute("SELECT name, admin, created_at FROM principals ORDER BY name").fetchall()
+            return [PrincipalRecord(name=r[0], admin=bool(r[1]), created_at=r[2]) for r in rows]
+
+        return await self._read(q)
+
+    # -- publications -----------------------------------------------------------------
+
+    async def create_publication(self, record: PublicationRecord) -> bool:
+        def job(c: sqlite3.Connection, w: _Writer) -> bool:
+            cur = c.execute(
+                "INSERT INTO publications(namespace, owner, config, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(namespace) DO NOTHING",
+                (record.namespace, record.owner, _enc(record.config), record.created_at),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(job)
+
+    async def update_publication(self, record: PublicationRecord) -> None:
+        def job(c: sqlite3.Connection, w: _Writer) -> None:
+            c.execute(
+                "UPDATE publications SET owner = ?, config = ? WHERE namespace = ?",
+                (record.owner, _enc(record.config), record.namespace),
+            )
+
+        await self._write(job)
+
+    async def list_publications(
+        self, after: str | None = None, limit: int | None = None
+    ) -> list[PublicationRecord]:
+        def q(c: sqlite3.Connection) -> list[PublicationRecord]:
+            rows = c.execute(
+                "SELECT namespace, owner, config, created_at FROM publications "
+                "WHERE namespace > ? ORDER BY namespace LIMIT ?",
+                (after or "", -1 if limit is None else limit),
+            ).fetchall()
+            return [
+                PublicationRecord(namespace=r[0], owner=r[1], config=_dec(r[2]), created_at=r[3])
+                for r in rows
+            ]
+
+        return await self._read(q)
+
+    async def add_publisher(self, namespace: str, principal: str) -> bool:
+        def job(c: sqlite3.Connection, w: _Writer) -> bool:
+            cur = c.execute(
+                "INSERT INTO publishers(namespace, principal) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                (namespace, principal),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(job)
+
+    async def list_publishers(self, namespace: str | None = None) -> list[tuple[str, str]]:
+        def q(c: sqlite3.Connection) -> list[tuple[str, str]]:
+            if namespace is None:
+                return c.execute("SELECT namespace, principal FROM publishers ORDER BY 1, 2").fetchall()
+            return c.execute(
+                "SELECT namespace, principal FROM publishers WHERE namespace = ? ORDER BY 2", (namespace,)
+            ).fetchall()
+
+        return await self._read(q)
+
+    # -- subscriptions ----------------------------------------------------------------
+
+    async def create_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord:
+        def job(c: sqlite3.Connection, w: _Writer) -> SubscriptionRecord:
+            head = c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            cur = c.execute(
+                "INSERT INTO subscriptions(subscriber, namespace, endpoint, mode, config, cursor, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (record.subscriber, record.namespace, record.endpoint, record.mode,
+                 _enc(record.config), head, record.created_at),
+            )
+            return SubscriptionRecord(
+                id=int(cur.lastrowid or 0), subscriber=record.subscriber, namespace=record.namespace,
+                endpoint=record.endpoint, mode=record.mode, config=record.config, cursor=head,
+                created_at=record.created_at,
+            )
+
+        return await self._write(job)
+
+    async def update_subscription(self, record: SubscriptionRecord) -> None:
+        def job(c: sqlite3.Connection, w: _Writer) -> None:
+            c.execute(
+                "UPDATE subscriptions SET endpoint = ?, mode = ?, config = ? WHERE id = ?",
+                (record.endpoint, record.mode, _enc(record.config), record.id),
+            )
+
+        await self._write(job)
+
+    async def delete_subscription(self, subscription_id: int) -> None:
+        def job(c: sqlite3.Connection, w: _Writer) -> None:
+            c.execute("DELETE FROM notifications WHERE subscription_id = ?", (subscription_id,))
+            c.execute("DELETE FROM subscriptions WHERE id = ?", (subscription_id,))
+
+        await self._write(job)
+
+    async def list_subscriptions(
+        self, namespace: str | None = None, after: int | None = None, limit: int | None = None
+    ) -> list[SubscriptionRecord]:
+        def q(c: sqlite3.Connection) -> list[SubscriptionRecord]:
+            lim = -1 if limit is None else limit
+            if namespace is None:
+                rows = c.execute(
+                    f"SELECT {_SUB_COLS} FROM subscriptions WHERE id > ? ORDER BY id LIMIT ?",
+                    (after or 0, lim),
+                ).fetchall()
+            else:
+                rows = c.execute(
+                    f"SELECT {_SUB_COLS} FROM subscriptions WHERE namespace = ? AND id > ? "
+                    "ORDER BY id LIMIT ?",
+                    (namespace, after or 0, lim),
+                ).fetchall()
+            return [_sub(r) for r in rows]
+
+        return await self._read(q)
+
+    # -- the event log ----------------------------------------------------------------
+
+    async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: _Writer) -> list[StoredEvent]:
+            seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            last = dict(w.staged)
+            out: list[StoredEvent] = []
+            for e in events:
+                ns = e.namespace
+                prev = last.get(ns)
+                if prev is None:
+                    prev = w.last_ids.get(ns)
+                if prev is None:
+                    # The events table is the truth: publications.last_event_id is absent for
+                    # a namespace with no publication and 0 for one registered after its events.
+                    prev = c.execute(
+                        "SELECT COALESCE(MAX(id), 0) FROM events WHERE namespace = ?", (ns,)
+                    ).fetchone()[0]
+                seq += 1
+                eid = prev + 1
+                last[ns] = eid
+                out.append(StoredEvent(
+                    seq=seq, namespace=ns, id=eid, prev_id=prev or None, timestamp=e.timestamp,
+                    source=e.source, data=e.data, headers=e.headers,
+                ))
+            c.executemany(
+                f"INSERT INTO events({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(s.seq, s.namespace, s.id, s.prev_id, s.timestamp, s.source, s.data, s.headers)
+                 for s in out],
+            )
+            touched = {ns: v for ns, v in last.items() if w.staged.get(ns) != v}
+            c.executemany(
+                "UPDATE publications SET last_event_id = ? WHERE namespace = ?",
+                [(v, ns) for ns, v in touched.items()],
+            )
+            _apply_stats(c, stats)
+            w.staged.update(touched)
+            return out
+
+        return await self._write(job)
+
+    async def read_after(
+        self, seq: int, namespaces: Sequence[str] | None = None, limit: int = 1000
+    ) -> list[StoredEvent]:
+        def q(c: sqlite3.Connection) -> list[StoredEvent]:
+            if namespaces is None:
+                rows = c.execute(
+                    f"SELECT {_EVENT_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
+                ).fetchall()
+            else:
+                marks = ",".join("?" * len(namespaces))
+                rows = c.execute(
+                    f"SELECT {_EVENT_COLS} FROM events WHERE namespace IN ({marks}) AND seq > ? "
+                    "ORDER BY seq LIMIT ?",
+                    (*namespaces, seq, limit),
+                ).fetchall()
+            return [_event(r) for r in rows]
+
+        return await self._read(q)
+
+    async def read_seqs(self, seqs: Sequence[int]) -> list[StoredEvent]:
+        def q(c: sqlite3.Connection) -> list[StoredEvent]:
+            out: list[StoredEvent] = []
+            for i in range(0, len(seqs), 500):
+                chunk = seqs[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                out.extend(
+                    _event(r)
+                    for r in c.execute(f"SELECT {_EVENT_COLS} FROM events WHERE seq IN ({marks})", chunk)
+                )
+            out.sort(key=lambda e: e.seq)
+            return out
+
+        return await self._read(q)
+
+    async def head(self) -> int:
+        return await self._read(lambda c: c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+
+    # -- notifications ----------------------------------------------------------------
+
+    async def open_notifications(
+        self,
+        subscription_id: int,
+        events: Sequence[StoredEvent],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+    ) -> list[int]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            cur = c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
+            if cur.rowcount == 0:
+                return []
+            ids = []
+            for e in events:
+                r = c.execute(
+                    "INSERT INTO notifications(subscription_id, seq, namespace) VALUES (?, ?, ?)",
+                    (subscription_id, e.seq, e.namespace),
+                )
+                ids.append(int(r.lastrowid or 0))
+            _apply_stats(c, stats)
+            return ids
+
+        return await self._write(job)
+
+    async def settle_notifications(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            done = []
+            for i in ids:
+                if c.execute("DELETE FROM notifications WHERE id = ?", (i,)).rowcount:
+                    done.append(i)
+            _apply_stats(c, stats)
+            return done
+
+        return await self._write(job)
+
+    async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
+        def q(c: sqlite3.Connection) -> list[PendingNotification]:
+            out = []
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                out.extend(
+                    PendingNotification(id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4])
+                    for r in c.execute(
+                        f"SELECT id, subscription_id, seq, namespace, attempts FROM notifications WHERE id IN ({marks})",
+                        chunk,
+                    )
+                )
+            return out
+
+        return await self._read(q)
+
+    async def pending(self, subscription_id: int) -> list[PendingNotification]:
+        def q(c: sqlite3.Connection) -> list[PendingNotification]:
+            return [
+                PendingNotification(id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4])
+                for r in c.execute(
+                    "SELECT id, subscription_id, seq, namespace, attempts FROM notifications "
+                    "WHERE subscription_id = ? ORDER BY id",
+                    (subscription_id,),
+                )
+            ]
+
+        return await self._read(q)
+
+    async def last_notification_id(self) -> int:
+        def q(c: sqlite3.Connection) -> int:
+            row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'notifications'").fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._read(q)
+
+    async def count_attempt(self, ids: Sequence[int]) -> None:
+        def job(c: sqlite3.Connection, w: _Writer) -> None:
+            c.executemany("UPDATE notifications SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in ids])
+
+        await self._write(job)
+
+    # -- statistics -------------------------------------------------------------------
+
+    async def add_stats(self, stats: Iterable[Stat]) -> None:
+        stats = list(stats)
+        await self._write(lambda c, w: _apply_stats(c, stats))
+
+    async def stats(self, scope: str, key: str) -> dict[str, int]:
+        def q(c: sqlite3.Connection) -> dict[str, int]:
+            return dict(c.execute("SELECT name, value FROM stats WHERE scope = ? AND key = ?", (scope, key)))
+
+        return await self._read(q)
+
