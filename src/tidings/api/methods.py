@@ -28,18 +28,14 @@ from ..core.wire import (
     SubscriptionInfo,
     SubscriptionQuery,
     SubscriptionRegistration,
+    Whoami,
 )
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord
 
-__all__ = ["METHODS", "Method", "Whoami"]
+__all__ = ["METHODS", "Method"]
 
 Handler = Callable[[Broker, PrincipalRecord, Any], Awaitable[Any]]
-
-
-class Whoami(msgspec.Struct):
-    name: str
-    admin: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from ..errors import BadRequest, StoreError
 from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
 from .orchestrator import Orchestrator
 
-__all__ = ["Broadcaster", "ERR_RESERVED_HEADER"]
+__all__ = ["ERR_RESERVED_HEADER", "Broadcaster"]
 
 ERR_RESERVED_HEADER = 1
 """``GenericError.error_code``: a publisher tried to set a reserved header."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -145,9 +146,9 @@ class Delivery:
         self._workers[sub.id] = w
         task = self._tg.create_task(w.run(), name=f"tidings-sub-{sub.id}")
         self._tasks[sub.id] = task
-        task.add_done_callback(lambda _t, i=sub.id: self._forget(i))
+        task.add_done_callback(functools.partial(self._forget, sub.id))
 
-    def _forget(self, sub_id: int) -> None:
+    def _forget(self, sub_id: int, _task: object = None) -> None:
         self._workers.pop(sub_id, None)
         self._tasks.pop(sub_id, None)
 

@@ -45,7 +45,7 @@ def _take(take: int | None) -> int:
 
 
 def _stats_map(stats: dict[str, int], wanted: list[str] | None) -> list[tuple[str, object]]:
-    out = []
+    out: list[tuple[str, object]] = []
     for k, v in stats.items():
         if wanted is None or any(k == w or (w.endswith(":") and k.startswith(w)) for w in wanted):
             out.append((k, {"Nat": v}))
@@ -231,7 +231,7 @@ class Orchestrator:
         return out
 
     async def get_broadcasters(self, q: InfoQuery) -> list[BroadcasterInfo]:
-        if q.prev is not None and q.prev >= self._broadcaster_id or _take(q.take) == 0:
+        if (q.prev is not None and q.prev >= self._broadcaster_id) or _take(q.take) == 0:
             return []
         stats = await self._store.stats("broadcaster", self._broadcaster_id)
         return [BroadcasterInfo(broadcaster=self._broadcaster_id, stats=_stats_map(stats, q.statsFilter))]

@@ -66,7 +66,8 @@ class Tail:
         for e in events:
             if e.seq > self.head:
                 self._early[e.seq] = e
-        while (e := self._early.pop(self.head + 1, None)) is not None:
+        while (nxt := self._early.pop(self.head + 1, None)) is not None:
+            e = nxt
             ring = self._rings.get(e.namespace)
             if ring is None:
                 ring = self._rings[e.namespace] = _Ring()

@@ -37,6 +37,7 @@ __all__ = [
     "SubscriptionInfo",
     "SubscriptionQuery",
     "SubscriptionRegistration",
+    "Whoami",
 ]
 
 ICRC16 = Any
@@ -127,7 +128,7 @@ class NotificationResult(Struct, omit_defaults=True):
 class ConfirmResult(Struct, omit_defaults=True):
     """``{"allAccepted": null}`` or ``{"itemized": [...]}``, as ICRC-72 ``confirm_messages``."""
 
-    allAccepted: None | UnsetType = UNSET
+    allAccepted: UnsetType | None = UNSET
     itemized: list[ItemResult | None] | UnsetType = UNSET
 
 
@@ -206,6 +207,11 @@ class PrincipalCreate(Struct, kw_only=True):
 class PrincipalCreated(Struct, kw_only=True):
     name: str
     token: str
+    admin: bool
+
+
+class Whoami(Struct):
+    name: str
     admin: bool
 
 

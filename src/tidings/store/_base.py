@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 __all__ = [
     "NewEvent",
     "PendingNotification",
@@ -64,8 +66,7 @@ class SubscriptionRecord:
     created_at: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NewEvent:
+class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An accepted event before it has ids: data and headers already JSON-encoded."""
 
     namespace: str
@@ -75,8 +76,7 @@ class NewEvent:
     headers: bytes = b"[]"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredEvent:
+class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     namespace: str
     id: int

@@ -162,6 +162,10 @@ class _Writer(threading.Thread):
         # failed transaction can never leave a gap in a chain.
         self.last_ids: dict[str, int] = {}
         self.staged: dict[str, int] = {}
+        # The log's highest seq, likewise: ``seq`` as committed (None: read it from the
+        # table on next use), ``staged_seq`` within the transaction in progress.
+        self.seq: int | None = None
+        self.staged_seq = 0
 
     def run(self) -> None:
         try:
@@ -199,31 +203,107 @@ class _Writer(threading.Thread):
     def _commit(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
         results: list[tuple[bool, Any]] = []
         self.staged = {}
+        self.staged_seq = self.seq or 0
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for fn, _fut, _loop in batch:
-                conn.execute("SAVEPOINT job")
-                staged_before = dict(self.staged)
-                try:
-                    res = fn(conn, self)
-                except Exception as e:  # this job fails alone
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                    self.staged = staged_before
-                    results.append((False, e))
+            i = 0
+            while i < len(batch):
+                job = batch[i][0]
+                if isinstance(job, _Append):
+                    # Consecutive appends run as one statement: this is where group commit
+                    # pays, and a failure falls back to running them one by one.
+                    j = i
+                    while j < len(batch) and isinstance(batch[j][0], _Append):
+                        j += 1
+                    group = [b[0] for b in batch[i:j]]
+                    ok, res = self._run(conn, lambda c, w, g=group: _append_many(c, w, g))
+                    if ok:
+                        results.extend((True, r) for r in res)
+                    else:
+                        results.extend(
+                            self._run(conn, lambda c, w, a=a: _append_many(c, w, [a])[0]) for a in group
+                        )
+                    i = j
                 else:
-                    conn.execute("RELEASE job")
-                    results.append((True, res))
+                    results.append(self._run(conn, job))
+                    i += 1
             conn.execute("COMMIT")
         except Exception as e:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
             failure = StoreError(f"commit failed: {e}")
             results = [(False, failure)] * len(batch)
+            self.seq = None  # read it again from the table
         else:
             self.last_ids.update(self.staged)
-        for (fn, fut, loop), (good, value) in zip(batch, results, strict=True):
+            if self.seq is not None:
+                self.seq = self.staged_seq
+        for (_job, fut, loop), (good, value) in zip(batch, results, strict=True):
             loop.call_soon_threadsafe(_settle, fut, good, value)
+
+    def _run(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection, _Writer], Any]) -> tuple[bool, Any]:
+        """Run one job inside its own savepoint; a failure undoes only that job."""
+        conn.execute("SAVEPOINT job")
+        staged_before, seq_before = dict(self.staged), self.staged_seq
+        try:
+            res = fn(conn, self)
+        except Exception as e:
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+            self.staged, self.staged_seq = staged_before, seq_before
+            return False, e
+        conn.execute("RELEASE job")
+        return True, res
+
+
+class _Append:
+    __slots__ = ("events", "stats")
+
+    def __init__(self, events: Sequence[NewEvent], stats: list[Stat]) -> None:
+        self.events = events
+        self.stats = stats
+
+
+def _append_many(c: sqlite3.Connection, w: _Writer, group: list[_Append]) -> list[list[StoredEvent]]:
+    if w.seq is None:
+        w.seq = w.staged_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+    seq = w.staged_seq
+    last = w.staged
+    touched: dict[str, int] = {}
+    outs: list[list[StoredEvent]] = []
+    rows = []
+    for a in group:
+        out = []
+        for e in a.events:
+            ns = e.namespace
+            prev = last.get(ns)
+            if prev is None:
+                prev = w.last_ids.get(ns)
+            if prev is None:
+                # The highest id in the log, or the one recorded on the publication if
+                # retention has trimmed the log: a chain never restarts.
+                prev = c.execute(
+                    "SELECT MAX(COALESCE((SELECT MAX(id) FROM events WHERE namespace = ?), 0), "
+                    "COALESCE((SELECT last_event_id FROM publications WHERE namespace = ?), 0))",
+                    (ns, ns),
+                ).fetchone()[0]
+            seq += 1
+            eid = prev + 1
+            last[ns] = touched[ns] = eid
+            s = StoredEvent(
+                seq=seq, namespace=ns, id=eid, prev_id=prev or None, timestamp=e.timestamp,
+                source=e.source, data=e.data, headers=e.headers,
+            )
+            out.append(s)
+            rows.append((seq, ns, eid, s.prev_id, e.timestamp, e.source, e.data, e.headers))
+        outs.append(out)
+    c.executemany(f"INSERT INTO events({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    c.executemany(
+        "UPDATE publications SET last_event_id = ? WHERE namespace = ?", [(v, ns) for ns, v in touched.items()]
+    )
+    _apply_stats(c, (s for a in group for s in a.stats))
+    w.staged_seq = seq
+    return outs
 
 
 def _settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
@@ -461,45 +541,12 @@ class SQLiteStore(Store):
     # -- the event log ----------------------------------------------------------------
 
     async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
-        stats = list(stats)
-
-        def job(c: sqlite3.Connection, w: _Writer) -> list[StoredEvent]:
-            seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
-            last = dict(w.staged)
-            out: list[StoredEvent] = []
-            for e in events:
-                ns = e.namespace
-                prev = last.get(ns)
-                if prev is None:
-                    prev = w.last_ids.get(ns)
-                if prev is None:
-                    # The events table is the truth: publications.last_event_id is absent for
-                    # a namespace with no publication and 0 for one registered after its events.
-                    prev = c.execute(
-                        "SELECT COALESCE(MAX(id), 0) FROM events WHERE namespace = ?", (ns,)
-                    ).fetchone()[0]
-                seq += 1
-                eid = prev + 1
-                last[ns] = eid
-                out.append(StoredEvent(
-                    seq=seq, namespace=ns, id=eid, prev_id=prev or None, timestamp=e.timestamp,
-                    source=e.source, data=e.data, headers=e.headers,
-                ))
-            c.executemany(
-                f"INSERT INTO events({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(s.seq, s.namespace, s.id, s.prev_id, s.timestamp, s.source, s.data, s.headers)
-                 for s in out],
-            )
-            touched = {ns: v for ns, v in last.items() if w.staged.get(ns) != v}
-            c.executemany(
-                "UPDATE publications SET last_event_id = ? WHERE namespace = ?",
-                [(v, ns) for ns, v in touched.items()],
-            )
-            _apply_stats(c, stats)
-            w.staged.update(touched)
-            return out
-
-        return await self._write(job)
+        if self._writer is None:
+            raise StoreError("store is not open")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[StoredEvent]] = loop.create_future()
+        self._writer.jobs.put((_Append(events, list(stats)), fut, loop))
+        return await fut
 
     async def read_after(
         self, seq: int, namespaces: Sequence[str] | None = None, limit: int = 1000
@@ -580,14 +627,15 @@ class SQLiteStore(Store):
 
     async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
         def q(c: sqlite3.Connection) -> list[PendingNotification]:
-            out = []
+            out: list[PendingNotification] = []
             for i in range(0, len(ids), 500):
                 chunk = ids[i : i + 500]
                 marks = ",".join("?" * len(chunk))
                 out.extend(
                     PendingNotification(id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4])
                     for r in c.execute(
-                        f"SELECT id, subscription_id, seq, namespace, attempts FROM notifications WHERE id IN ({marks})",
+                        "SELECT id, subscription_id, seq, namespace, attempts FROM notifications "
+                        f"WHERE id IN ({marks})",
                         chunk,
                     )
                 )

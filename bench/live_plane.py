@@ -1,0 +1,194 @@
+"""Publish throughput and publish-to-handler latency of the live plane.
+
+Starts a real ``tidings serve`` process on a free port with a fresh data folder, then:
+
+1. durable publish throughput over HTTP: ``--clients`` concurrent publishers, each
+   sending batches of ``--batch`` events, for ``--seconds``;
+2. latency from the publish call to the subscriber's handler, one subscriber (SDK
+   Subscriber on uvicorn), single-event publishes at ``--rate`` events/s.
+
+Prints the figures and writes them as JSON (``--json``). Bounded in time; stops what it
+started. Run: ``.venv/bin/python bench/live_plane.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import uvicorn
+
+from tidings.client import EventNotification, Subscriber
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Server:
+    def __init__(self, data_dir: Path) -> None:
+        self.port = _free_port()
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> _Server:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tidings", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir),
+             "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not (self.data_dir / "admin.token").exists() or not self._listening():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("server did not start")
+            time.sleep(0.05)
+        return self
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+            return True
+        except OSError:
+            return False
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.data_dir / "admin.token").read_text().strip()
+
+
+async def _post(session: aiohttp.ClientSession, url: str, method: str, body: bytes) -> bytes:
+    async with session.post(f"{url}/v1/{method}", data=body) as r:
+        data = await r.read()
+        if r.status != 200:
+            raise RuntimeError(f"{method}: {r.status} {data[:200]!r}")
+        return data
+
+
+async def throughput(srv: _Server, clients: int, batch: int, seconds: float) -> dict[str, float]:
+    headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
+    conn = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(headers=headers, connector=conn) as s:
+        await _post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.tp"}]')
+        event = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {"Text": "x" * 64}]]}}
+        body = json.dumps([event] * batch).encode()
+        count = 0
+        stop = time.monotonic() + seconds
+
+        async def client() -> None:
+            nonlocal count
+            while time.monotonic() < stop:
+                out = json.loads(await _post(s, srv.url, "icrc72_publish", body))
+                count += sum(1 for r in out if r and "Ok" in r)
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.monotonic() - t0
+    return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed)}
+
+
+async def latency(srv: _Server, rate: float, seconds: float) -> dict[str, float]:
+    sent: dict[int, int] = {}
+    lat_ms: list[float] = []
+
+    async def handle(n: EventNotification) -> None:
+        lat_ms.append((time.perf_counter_ns() - sent[n.eventId]) / 1e6)
+
+    sub = Subscriber(handle, url=srv.url, token=srv.token, dedupe=False)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(sub, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
+    try:
+        async with aiohttp.ClientSession(headers=headers) as s:
+            await _post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
+            await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
+            body = b'[{"namespace":"bench.lat","data":{"Nat":1}}]'
+            n = int(rate * seconds)
+            interval = 1 / rate
+            t_next = time.perf_counter()
+            pending: set[asyncio.Task[None]] = set()
+
+            async def one() -> None:
+                t = time.perf_counter_ns()
+                out = json.loads(await _post(s, srv.url, "icrc72_publish", body))
+                sent[out[0]["Ok"][0]] = t
+
+            for _ in range(n):
+                t_next += interval
+                task1 = asyncio.create_task(one())
+                pending.add(task1)
+                task1.add_done_callback(pending.discard)
+                await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
+            await asyncio.gather(*pending)
+            deadline = time.monotonic() + 10
+            while len(lat_ms) < n and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+    finally:
+        server.should_exit = True
+        await task
+        await sub.close()
+    lat_ms.sort()
+
+    def pct(p: float) -> float:
+        return round(lat_ms[min(len(lat_ms) - 1, int(p * len(lat_ms)))], 2)
+
+    return {"rate": rate, "received": len(lat_ms), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
+            "mean_ms": round(statistics.fmean(lat_ms), 2)}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=500.0)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d, _Server(Path(d)) as srv:
+        tp1 = await throughput(srv, a.clients, 1, a.seconds)
+        tpb = await throughput(srv, a.clients, a.batch, a.seconds)
+        lat = await latency(srv, a.rate, a.seconds)
+    result = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "publish_1_per_request": tp1,
+        f"publish_{a.batch}_per_request": tpb,
+        "latency_publish_to_handler": lat,
+    }
+    print(f"durable publish, 1 event/request, {a.clients} clients:   {tp1['events_per_s']:>8} events/s")
+    print(f"durable publish, {a.batch} events/request, {a.clients} clients: {tpb['events_per_s']:>8} events/s")
+    print(f"publish->handler latency at {a.rate:.0f}/s, 1 subscriber:  p50 {lat['p50_ms']} ms  "
+          f"p99 {lat['p99_ms']} ms  ({lat['received']} received)")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

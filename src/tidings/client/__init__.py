@@ -1,0 +1,35 @@
+"""The tidings SDK: publish, administer, and receive pushed notifications.
+
+Async first; ``SyncPublisher`` and ``SyncAdmin`` are the blocking faces for scripts.
+``Subscriber`` is an ASGI app to mount in any ASGI server.
+"""
+
+from ..core.values import Principal, Value, from_python, to_python
+from ..core.wire import ConfirmResult, Event, EventNotification, ItemResult
+from ._admin import Admin
+from ._errors import ApiResponseError, ClientError, ItemError, TransportError
+from ._publisher import Publisher, item_result
+from ._subscriber import Handler, Subscriber
+from ._sync import SyncAdmin, SyncPublisher
+
+__all__ = [
+    "Admin",
+    "ApiResponseError",
+    "ClientError",
+    "ConfirmResult",
+    "Event",
+    "EventNotification",
+    "Handler",
+    "ItemError",
+    "ItemResult",
+    "Principal",
+    "Publisher",
+    "Subscriber",
+    "SyncAdmin",
+    "SyncPublisher",
+    "TransportError",
+    "Value",
+    "from_python",
+    "item_result",
+    "to_python",
+]

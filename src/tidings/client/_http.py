@@ -1,0 +1,69 @@
+"""The SDK's HTTP plumbing: one aiohttp session, typed calls, errors mapped."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import aiohttp
+import msgspec
+
+from ._errors import ApiResponseError, TransportError
+
+T = TypeVar("T")
+
+_encode = msgspec.json.Encoder().encode
+
+
+class _ErrorBody(msgspec.Struct):
+    code: str
+    message: str
+
+
+class _Error(msgspec.Struct):
+    error: _ErrorBody
+
+
+_error_decoder = msgspec.json.Decoder(_Error)
+
+
+class Connection:
+    """A base URL and a bearer token; calls ``POST /v1/<method>``."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+        self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
+                headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+            )
+        return self._session
+
+    async def call(self, method: str, arg: Any, result: type[T]) -> T:
+        body = b"" if arg is None else _encode(arg)
+        try:
+            async with self._http().post(f"{self.url}/v1/{method}", data=body) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise TransportError(f"{method}: {e!r}") from e
+        if status != 200:
+            try:
+                problem = _error_decoder.decode(raw).error
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                raise ApiResponseError(status, "http_error", raw[:200].decode(errors="replace")) from None
+            raise ApiResponseError(status, problem.code, problem.message)
+        dec = self._decoders.get(result)
+        if dec is None:
+            dec = self._decoders[result] = msgspec.json.Decoder(result)
+        return dec.decode(raw)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

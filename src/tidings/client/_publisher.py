@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from msgspec import UNSET, structs
+
+from ..core.wire import Event, ItemResult, PublicationRegistration
+from ._convert import wire, wire_pairs
+from ._errors import ItemError
+from ._http import Connection
+
+
+class Publisher:
+    """Registers publications and publishes events.
+
+    ``data`` is plain Python (converted: int → Nat/Int, str → Text, dict → Map, ...) or a
+    :class:`tidings.core.values.Value` for exact ICRC-16 types.
+
+    ::
+
+        async with Publisher("http://127.0.0.1:8072", token) as pub:
+            await pub.register_publication("com.example.orders")
+            event_id = await pub.publish("com.example.orders", {"order": 17, "total": 9.5})
+    """
+
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+        self._conn = Connection(url, token, timeout=timeout)
+
+    async def __aenter__(self) -> Publisher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def register_publication(self, namespace: str, config: Mapping[str, Any] | None = None) -> None:
+        """Register ``namespace`` (or join it as a further publisher); raises :class:`ItemError`."""
+        (r,) = await self.register_publications([PublicationRegistration(
+            namespace=namespace, config=wire_pairs(config)
+        )])
+        item_result(r)
+
+    async def register_publications(self, regs: list[PublicationRegistration]) -> list[ItemResult | None]:
+        return await self._conn.call("icrc72_register_publication", regs, list[ItemResult | None])
+
+    async def publish(self, namespace: str, data: Any, *, headers: Mapping[str, Any] | None = None) -> int:
+        """Publish one event and return its id once it is durable; raises :class:`ItemError`."""
+        (r,) = await self.publish_batch([self.event(namespace, data, headers=headers)])
+        ids: list[int] = item_result(r)
+        return ids[0]
+
+    async def publish_many(self, namespace: str, items: Iterable[Any]) -> list[int]:
+        """Publish several events to one namespace in one call; raises on the first ``Err``."""
+        results = await self.publish_batch([self.event(namespace, d) for d in items])
+        return [item_result(r)[0] for r in results]
+
+    async def publish_batch(self, events: list[Event]) -> list[ItemResult | None]:
+        """``icrc72_publish`` as it is: one result per event, errors not raised."""
+        return await self._conn.call("icrc72_publish", events, list[ItemResult | None])
+
+    @staticmethod
+    def event(namespace: str, data: Any, *, headers: Mapping[str, Any] | None = None) -> Event:
+        return Event(namespace=namespace, data=wire(data), headers=wire_pairs(headers) if headers else None)
+
+
+def item_result(result: ItemResult | None) -> Any:
+    """The ``Ok`` value of an item result, or :class:`ItemError` for ``Err`` and ``null``."""
+    if result is None:
+        raise ItemError("NotProcessed", "the service did not process this item")
+    if result.Err is not UNSET:
+        code = result.Err.code
+        raise ItemError(code, structs.asdict(result.Err)[code])
+    return result.Ok

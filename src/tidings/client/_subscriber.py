@@ -1,0 +1,202 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from ..core.wire import ConfirmResult, EventNotification, ItemResult, SubscriptionRegistration
+from ._convert import wire_pairs
+from ._http import Connection
+from ._publisher import item_result
+
+__all__ = ["Handler", "Subscriber"]
+
+log = logging.getLogger("tidings.client.subscriber")
+
+Handler = Callable[[EventNotification], Awaitable[Any] | Any]
+"""Called once per notification; an exception answers ``Err`` so the broker sends it again."""
+
+_decode_batch = msgspec.json.Decoder(list[EventNotification]).decode
+_encode = msgspec.json.Encoder().encode
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Subscriber:
+    """An ASGI app that receives pushed notifications and hands each to ``handler``.
+
+    Mount it in any ASGI server at the URL you register as the subscription's endpoint
+    (it answers ``POST`` on every path). In ``trusted`` mode it answers each push with one
+    ``{"Ok": ...}`` or ``{"Err": ...}`` per notification, which confirms the ``Ok`` ones.
+    In ``oneshot`` mode it answers at once and confirms the handled notifications later
+    through ``icrc72_confirm_notifications`` (``url`` and ``token`` are then required).
+
+    Delivery is at least once; with ``dedupe`` (the default) a notification whose
+    ``(namespace, eventId)`` this process has already handled is confirmed without
+    calling the handler again.
+
+    ::
+
+        async def handle(n: EventNotification) -> None:
+            print(n.namespace, n.eventId, to_python(n.data))
+
+        app = Subscriber(handle, url="http://127.0.0.1:8072", token=token)
+        # uvicorn.run(app, port=9000); then once:
+        await app.subscribe("com.example.orders", "http://127.0.0.1:9000/")
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        mode: Literal["trusted", "oneshot"] = "trusted",
+        dedupe: bool | int = True,
+    ) -> None:
+        self._handler = handler
+        # A coroutine function, or an object whose __call__ is one.
+        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            type(handler).__call__
+        )
+        self._conn = Connection(url, token) if url and token else None
+        self.mode = mode
+        self._seen: OrderedDict[tuple[str, int], None] | None = (
+            OrderedDict() if dedupe else None
+        )
+        self._seen_max = 100_000 if dedupe is True else int(dedupe)
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- talking to the broker --------------------------------------------------------
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            raise ValueError("this Subscriber was made without url and token")
+        return self._conn
+
+    async def subscribe(
+        self,
+        namespace: str,
+        endpoint: str,
+        *,
+        filter: str | None = None,
+        skip: int | list[int] | None = None,
+        stopped: bool = False,
+        config: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Register a subscription pushing to ``endpoint``; returns its id."""
+        reg = SubscriptionRegistration(
+            namespace=namespace, endpoint=endpoint, config=wire_pairs(config), filter=filter,
+            skip=skip, stopped=stopped, mode=self.mode,
+        )
+        (r,) = await self._connection().call("icrc72_register_subscription", [reg], list[ItemResult | None])
+        sub_id: int = item_result(r)
+        return sub_id
+
+    async def confirm(self, ids: list[int]) -> ConfirmResult:
+        return await self._connection().call("icrc72_confirm_notifications", ids, ConfirmResult)
+
+    async def close(self) -> None:
+        for t in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if self._conn is not None:
+            await self._conn.close()
+
+    # -- handling ---------------------------------------------------------------------
+
+    async def _handle_one(self, n: EventNotification) -> ItemResult:
+        key = (n.namespace, n.eventId)
+        if self._seen is not None and key in self._seen:
+            return ItemResult(Ok=None)
+        try:
+            if self._is_async:
+                value = await self._handler(n)  # type: ignore[misc]
+            else:
+                value = await asyncio.to_thread(self._handler, n)
+        except Exception as e:
+            log.warning("handler failed for %s/%s: %r", n.namespace, n.eventId, e)
+            return ItemResult(Err={"GenericError": {"error_code": 1, "message": repr(e)}})  # type: ignore[arg-type]
+        if self._seen is not None:
+            self._seen[key] = None
+            if len(self._seen) > self._seen_max:
+                self._seen.popitem(last=False)
+        return ItemResult(Ok=None if value is None or not _jsonable(value) else value)
+
+    async def handle(self, batch: list[EventNotification]) -> list[ItemResult]:
+        """Handle a batch in order; one result per notification."""
+        return [await self._handle_one(n) for n in batch]
+
+    async def _handle_and_confirm(self, batch: list[EventNotification]) -> None:
+        results = await self.handle(batch)
+        good = [n.id for n, r in zip(batch, results, strict=True) if r.Err is msgspec.UNSET]
+        if good:
+            try:
+                await self.confirm(good)
+            except Exception as e:  # the broker will send them again after its ack deadline
+                log.warning("confirming %d notifications failed: %r", len(good), e)
+
+    # -- ASGI -------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if scope["method"] != "POST":
+            await _respond(send, 405, b'{"error":{"code":"method_not_allowed","message":"POST only"}}')
+            return
+        body = bytearray()
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        try:
+            batch = _decode_batch(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            await _respond(send, 400, _encode({"error": {"code": "invalid_argument", "message": str(e)}}))
+            return
+        if self.mode == "oneshot":
+            task = asyncio.create_task(self._handle_and_confirm(batch))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            await _respond(send, 200, b"null")
+            return
+        await _respond(send, 200, _encode(await self.handle(batch)))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        _encode(v)
+    except (TypeError, msgspec.EncodeError):
+        return False
+    return True
+
+
+async def _respond(send: Send, status: int, body: bytes) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    })
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,169 @@
+"""Fixtures that start real servers: the tidings process and subscriber endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """The real ``tidings serve`` process on a free port, restartable."""
+
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_token(self) -> str:
+        return (self.data_dir / "admin.token").read_text().strip()
+
+    def start(self) -> None:
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tidings", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir)],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )
+        self._log = log
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {(self.data_dir / 'server.log').read_text()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+                if (self.data_dir / "admin.token").exists():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("server did not start in 20 s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        self._log.close()
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        self.stop(sig)
+        self.start()
+
+    def cli(self, *args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "tidings", *args, "--data-dir", str(self.data_dir)],
+            capture_output=True, check=True, text=True, timeout=30,
+        )
+        return out.stdout.strip()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    def make(**env: str) -> ServerProcess:
+        d = tmp_path / f"server{len(started)}"
+        d.mkdir()
+        s = ServerProcess(d, env={f"TIDINGS_{k.upper()}": v for k, v in env.items()})
+        s.start()
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
+    return server_factory(retry_initial_s="0.05", retry_max_s="0.2", ack_deadline_s="1")
+
+
+class Endpoint:
+    """A real HTTP server (uvicorn, in the test's loop) running an ASGI app on a free port."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.port = free_port()
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    async def start(self) -> None:
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                await self._task
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
+        self._server = self._task = None
+
+
+@pytest.fixture
+async def endpoints() -> AsyncIterator[Callable[[Any], Any]]:
+    made: list[Endpoint] = []
+
+    async def make(app: Any, start: bool = True) -> Endpoint:
+        ep = Endpoint(app)
+        made.append(ep)
+        if start:
+            await ep.start()
+        return ep
+
+    yield make
+    for ep in made:
+        await ep.stop()
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll ``check`` (sync or async) until it returns a truthy value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)

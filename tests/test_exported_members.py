@@ -1,0 +1,38 @@
+"""The public surfaces are pinned: a change to them is a decision, not an accident."""
+
+from __future__ import annotations
+
+import tidings.client
+import tidings.store
+
+CLIENT = {
+    "Admin", "ApiResponseError", "ClientError", "ConfirmResult", "Event", "EventNotification", "Handler",
+    "ItemError", "ItemResult", "Principal", "Publisher", "Subscriber", "SyncAdmin", "SyncPublisher",
+    "TransportError", "Value", "from_python", "item_result", "to_python",
+}
+
+STORE = {
+    "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord", "PublicationRecord",
+    "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord",
+}
+
+
+def test_client_exports() -> None:
+    assert set(tidings.client.__all__) == CLIENT
+    for name in CLIENT:
+        assert getattr(tidings.client, name) is not None
+
+
+def test_store_exports() -> None:
+    assert set(tidings.store.__all__) == STORE
+
+
+def test_store_interface_methods() -> None:
+    abstract = tidings.store.Store.__abstractmethods__
+    assert abstract == {
+        "open", "close", "create_principal", "add_token", "principal_by_token", "list_principals",
+        "create_publication", "update_publication", "list_publications", "add_publisher", "list_publishers",
+        "create_subscription", "update_subscription", "delete_subscription", "list_subscriptions",
+        "append", "read_after", "read_seqs", "head", "open_notifications", "settle_notifications",
+        "get_notifications", "pending", "last_notification_id", "count_attempt", "add_stats", "stats",
+    }

@@ -1,0 +1,426 @@
+"""The ``Store`` contract, run against every backend (see ``tidings.store._base``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from tidings.errors import StoreError
+from tidings.store import (
+    MemoryStore,
+    NewEvent,
+    PrincipalRecord,
+    PublicationRecord,
+    SQLiteStore,
+    Stat,
+    Store,
+    StoredEvent,
+    SubscriptionRecord,
+)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    s: Store = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "t.db")
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def ev(ns: str, n: int = 0) -> NewEvent:
+    return NewEvent(namespace=ns, source="src", timestamp=1_000 + n, data=b'{"Nat":%d}' % n)
+
+
+def sub(ns: str = "a.b", subscriber: str = "alice", endpoint: str | None = "http://x") -> SubscriptionRecord:
+    return SubscriptionRecord(
+        id=0, subscriber=subscriber, namespace=ns, endpoint=endpoint, config=[["k", {"Nat": 1}]],
+        created_at=7,
+    )
+
+
+def assert_chains(events: Sequence[StoredEvent]) -> None:
+    """Global seqs are 1..n; each namespace's ids are 1..m linked by prev_id, in seq order."""
+    ordered = sorted(events, key=lambda e: e.seq)
+    assert [e.seq for e in ordered] == list(range(1, len(ordered) + 1))
+    by_ns: dict[str, list[StoredEvent]] = defaultdict(list)
+    for e in ordered:
+        by_ns[e.namespace].append(e)
+    for evs in by_ns.values():
+        assert [e.id for e in evs] == list(range(1, len(evs) + 1))
+        assert [e.prev_id for e in evs] == [None, *range(1, len(evs))]
+
+
+# -- principals -----------------------------------------------------------------------
+
+
+async def test_principals_and_tokens(store: Store) -> None:
+    assert await store.create_principal(PrincipalRecord(name="bob", created_at=5), b"t-bob")
+    assert await store.create_principal(PrincipalRecord(name="alice", admin=True), b"t-alice")
+    assert not await store.create_principal(PrincipalRecord(name="bob"), b"t-other")
+    # The refused create left no token behind.
+    assert await store.principal_by_token(b"t-other") is None
+
+    assert await store.principal_by_token(b"t-bob") == PrincipalRecord(name="bob", created_at=5)
+    assert await store.principal_by_token(b"t-alice") == PrincipalRecord(name="alice", admin=True)
+    assert await store.principal_by_token(b"nope") is None
+
+    assert await store.add_token("bob", b"t-bob-2")
+    assert not await store.add_token("carol", b"t-carol")
+    assert await store.principal_by_token(b"t-carol") is None
+    assert (await store.principal_by_token(b"t-bob-2")) == PrincipalRecord(name="bob", created_at=5)
+
+    assert [p.name for p in await store.list_principals()] == ["alice", "bob"]
+    assert [p.admin for p in await store.list_principals()] == [True, False]
+
+
+# -- publications and publishers ------------------------------------------------------
+
+
+async def test_publications(store: Store) -> None:
+    for ns in ["c.ns", "a.ns", "b.ns"]:
+        rec = PublicationRecord(namespace=ns, owner="alice", config=[["x", {"Nat": 1}]], created_at=3)
+        assert await store.create_publication(rec)
+    assert not await store.create_publication(PublicationRecord(namespace="a.ns", owner="bob"))
+
+    pubs = await store.list_publications()
+    assert [p.namespace for p in pubs] == ["a.ns", "b.ns", "c.ns"]
+    assert pubs[0] == PublicationRecord(
+        namespace="a.ns", owner="alice", config=[["x", {"Nat": 1}]], created_at=3
+    )
+
+    await store.update_publication(PublicationRecord(namespace="b.ns", owner="bob", config=[], created_at=99))
+    b = (await store.list_publications(after="a.ns", limit=1))[0]
+    # Owner and config replaced; created_at is not something an update changes.
+    assert (b.namespace, b.owner, b.config, b.created_at) == ("b.ns", "bob", [], 3)
+    # Updating an unknown namespace does not create it.
+    await store.update_publication(PublicationRecord(namespace="zz", owner="bob"))
+
+    assert [p.namespace for p in await store.list_publications(limit=2)] == ["a.ns", "b.ns"]
+    assert [p.namespace for p in await store.list_publications(after="b.ns")] == ["c.ns"]
+    assert [p.namespace for p in await store.list_publications(after="b.ns", limit=5)] == ["c.ns"]
+    assert await store.list_publications(after="c.ns") == []
+    assert await store.list_publications(limit=0) == []
+
+
+async def test_publishers(store: Store) -> None:
+    assert await store.add_publisher("b.ns", "zed")
+    assert await store.add_publisher("a.ns", "mia")
+    assert await store.add_publisher("b.ns", "amy")
+    assert not await store.add_publisher("b.ns", "amy")
+    assert await store.list_publishers() == [("a.ns", "mia"), ("b.ns", "amy"), ("b.ns", "zed")]
+    assert await store.list_publishers("b.ns") == [("b.ns", "amy"), ("b.ns", "zed")]
+    assert await store.list_publishers("none") == []
+
+
+async def test_records_are_copies(store: Store) -> None:
+    config: list = [["x", {"Nat": 1}]]
+    await store.create_publication(PublicationRecord(namespace="a", owner="o", config=config))
+    config.append(["y", {"Nat": 2}])
+    (await store.list_publications())[0].config.append("junk")
+    assert (await store.list_publications())[0].config == [["x", {"Nat": 1}]]
+
+    rec = sub()
+    created = await store.create_subscription(rec)
+    created.config.append("junk")
+    rec.config.append("junk")
+    listed = (await store.list_subscriptions())[0]
+    listed.config.append("junk")
+    listed.cursor = 42
+    assert (await store.list_subscriptions())[0] == SubscriptionRecord(
+        id=created.id, subscriber="alice", namespace="a.b", endpoint="http://x",
+        config=[["k", {"Nat": 1}]], cursor=0, created_at=7,
+    )
+
+
+# -- subscriptions --------------------------------------------------------------------
+
+
+async def test_subscriptions(store: Store) -> None:
+    s1 = await store.create_subscription(sub("a.b"))
+    assert (s1.id, s1.cursor, s1.subscriber, s1.mode) == (1, 0, "alice", "trusted")
+    await store.append([ev("a.b"), ev("c.d"), ev("a.b")])
+    s2 = await store.create_subscription(sub("c.d", subscriber="bob", endpoint=None))
+    assert s2.id > s1.id
+    assert s2.cursor == await store.head() == 3
+    s3 = await store.create_subscription(sub("a.b"))
+
+    await store.update_subscription(
+        SubscriptionRecord(id=s1.id, subscriber="ignored", namespace="ignored", endpoint="http://y",
+                           mode="untrusted", config=[], cursor=999)
+    )
+    got = (await store.list_subscriptions(limit=1))[0]
+    # Config, endpoint and mode replaced; the cursor (and who/where) kept.
+    assert got == SubscriptionRecord(id=s1.id, subscriber="alice", namespace="a.b", endpoint="http://y",
+                                     mode="untrusted", config=[], cursor=0, created_at=7)
+
+    assert [s.id for s in await store.list_subscriptions()] == [s1.id, s2.id, s3.id]
+    assert [s.id for s in await store.list_subscriptions(after=s1.id)] == [s2.id, s3.id]
+    assert [s.id for s in await store.list_subscriptions(after=s1.id, limit=1)] == [s2.id]
+    assert [s.id for s in await store.list_subscriptions(namespace="a.b")] == [s1.id, s3.id]
+    assert [s.id for s in await store.list_subscriptions(namespace="a.b", after=s1.id)] == [s3.id]
+    assert await store.list_subscriptions(namespace="zz") == []
+
+    await store.delete_subscription(s1.id)
+    await store.delete_subscription(12345)  # unknown: no error
+    assert [s.id for s in await store.list_subscriptions()] == [s2.id, s3.id]
+    # Ids are never reused, even of deleted subscriptions.
+    s4 = await store.create_subscription(sub())
+    assert s4.id > s3.id
+
+
+# -- the event log --------------------------------------------------------------------
+
+
+async def test_append_chains_ids_per_namespace(store: Store) -> None:
+    assert await store.head() == 0
+    first = await store.append([ev("a", 1), ev("a", 2), ev("b", 3)])
+    assert [(e.seq, e.namespace, e.id, e.prev_id) for e in first] == [
+        (1, "a", 1, None), (2, "a", 2, 1), (3, "b", 1, None),
+    ]
+    assert first[0] == StoredEvent(seq=1, namespace="a", id=1, prev_id=None, timestamp=1001, source="src",
+                                   data=b'{"Nat":1}', headers=b"[]")
+    second = await store.append([ev("b", 4), ev("c", 5), ev("a", 6)])
+    assert [(e.seq, e.namespace, e.id, e.prev_id) for e in second] == [
+        (4, "b", 2, 1), (5, "c", 1, None), (6, "a", 3, 2),
+    ]
+    assert await store.append([]) == []
+    assert await store.head() == 6
+    log = await store.read_after(0)
+    assert log == first + second
+    assert_chains(log)
+
+
+async def test_concurrent_appends_stay_gap_free(store: Store) -> None:
+    nss = ["x", "y", "z"]
+    batches = [[ev(nss[(i + k) % 3], i) for k in range(i % 4 + 1)] for i in range(50)]
+    results = await asyncio.gather(*(store.append(b) for b in batches))
+    for batch, out in zip(batches, results, strict=True):
+        assert [e.namespace for e in out] == [e.namespace for e in batch]
+        assert [e.timestamp for e in out] == [e.timestamp for e in batch]
+        # One call's events are contiguous in the log.
+        assert [e.seq for e in out] == list(range(out[0].seq, out[0].seq + len(out)))
+    returned = [e for out in results for e in out]
+    assert len({(e.namespace, e.id) for e in returned}) == len(returned)
+    assert_chains(returned)
+    log = await store.read_after(0, limit=10_000)
+    assert sorted(returned, key=lambda e: e.seq) == log
+    assert await store.head() == len(log) == sum(map(len, batches))
+
+
+async def test_failed_append_leaves_nothing(store: Store) -> None:
+    await store.append([ev("a")], [Stat("publication", "a", "events")])
+    bad = Stat("publication", "a", "events", "x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await store.append([ev("a"), ev("b")], [bad])
+    assert await store.head() == 1
+    assert await store.stats("publication", "a") == {"events": 1}
+    # Failing alongside good calls (one group in SQLite): the others land, no gaps.
+    results = await asyncio.gather(
+        store.append([ev("a"), ev("b")]), store.append([ev("a")], [bad]), store.append([ev("b"), ev("a")]),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], TypeError)
+    assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
+    log = await store.read_after(0)
+    assert len(log) == 5
+    assert_chains(log)
+
+
+async def test_read_after_and_read_seqs(store: Store) -> None:
+    await store.append([ev("a", i) if i % 2 else ev("b", i) for i in range(10)])
+    assert [e.seq for e in await store.read_after(0)] == list(range(1, 11))
+    assert [e.seq for e in await store.read_after(7)] == [8, 9, 10]
+    assert await store.read_after(10) == []
+    assert [e.seq for e in await store.read_after(0, limit=3)] == [1, 2, 3]
+    assert [e.seq for e in await store.read_after(3, limit=2)] == [4, 5]
+    a = await store.read_after(0, namespaces=["a"])
+    assert [(e.seq, e.id) for e in a] == [(2, 1), (4, 2), (6, 3), (8, 4), (10, 5)]
+    assert [e.seq for e in await store.read_after(4, namespaces=["a"], limit=2)] == [6, 8]
+    assert [e.seq for e in await store.read_after(0, namespaces=["a", "b"], limit=4)] == [1, 2, 3, 4]
+    assert await store.read_after(0, namespaces=["zz"]) == []
+    assert await store.read_after(0, namespaces=[]) == []
+
+    got = await store.read_seqs([9, 2, 42, 5, 0])
+    assert [e.seq for e in got] == [2, 5, 9]
+    assert got[0] == (await store.read_after(1, limit=1))[0]
+    assert await store.read_seqs([]) == []
+    assert await store.head() == 10
+
+
+# -- notifications --------------------------------------------------------------------
+
+
+async def test_notifications(store: Store) -> None:
+    s = await store.create_subscription(sub("a"))
+    other = await store.create_subscription(sub("a", subscriber="bob"))
+    events = await store.append([ev("a", i) for i in range(4)])
+    assert await store.last_notification_id() == 0
+
+    sent = [Stat("subscription", "1", "sent", 3)]
+    ids = await store.open_notifications(s.id, events[:3], cursor=3, stats=sent)
+    assert len(ids) == 3 and ids == sorted(ids) and len(set(ids)) == 3
+    assert await store.stats("subscription", "1") == {"sent": 3}
+    assert {x.id: x.cursor for x in await store.list_subscriptions()} == {s.id: 3, other.id: 0}
+    more = await store.open_notifications(other.id, events, cursor=4)
+    assert min(more) > max(ids)
+    assert await store.last_notification_id() == max(more)
+
+    pend = await store.pending(s.id)
+    assert [(p.id, p.subscription_id, p.seq, p.namespace, p.attempts) for p in pend] == [
+        (ids[i], s.id, events[i].seq, "a", 0) for i in range(3)
+    ]
+    got = await store.get_notifications([ids[2], 99_999, ids[0]])
+    assert sorted(p.id for p in got) == [ids[0], ids[2]]
+
+    await store.count_attempt([ids[0], ids[1]])
+    await store.count_attempt([ids[0], 99_999])
+    assert [p.attempts for p in await store.pending(s.id)] == [2, 1, 0]
+
+    settled = await store.settle_notifications([ids[0], 99_999, ids[1]], [Stat("subscription", "1", "ok", 2)])
+    assert settled == [ids[0], ids[1]]
+    assert await store.settle_notifications([ids[0], ids[1]], [Stat("subscription", "1", "ok", 2)]) == []
+    assert await store.stats("subscription", "1") == {"sent": 3, "ok": 4}
+    assert [p.id for p in await store.pending(s.id)] == [ids[2]]
+    assert await store.get_notifications(ids[:2]) == []
+
+    # Settling everything does not lower the high-water mark, nor are ids reused.
+    await store.settle_notifications([ids[2], *more])
+    assert await store.pending(s.id) == [] and await store.pending(other.id) == []
+    assert await store.last_notification_id() == max(more)
+    again = await store.open_notifications(s.id, events[3:], cursor=4)
+    assert again[0] > max(more)
+    assert await store.open_notifications(s.id, [], cursor=4) == []
+
+
+async def test_open_notifications_for_missing_subscription(store: Store) -> None:
+    events = await store.append([ev("a")])
+    s = await store.create_subscription(sub("a"))
+    await store.open_notifications(s.id, events, cursor=1)
+    before = await store.last_notification_id()
+    await store.delete_subscription(s.id)
+    assert await store.pending(s.id) == []  # deleting dropped its pending notifications
+    stat = Stat("subscription", "x", "n")
+    assert await store.open_notifications(s.id, events, cursor=1, stats=[stat]) == []
+    assert await store.last_notification_id() == before
+    assert await store.stats("subscription", "x") == {}
+    assert await store.list_subscriptions() == []
+
+
+# -- statistics -----------------------------------------------------------------------
+
+
+async def test_stats_aggregate(store: Store) -> None:
+    await store.add_stats([Stat("publication", "a", "events"), Stat("publication", "a", "events", 4)])
+    await store.add_stats([Stat("publication", "a", "events", 2), Stat("publication", "a", "bytes", 10)])
+    await store.add_stats([Stat("publisher", "a", "events", 1)])
+    assert await store.stats("publication", "a") == {"events": 7, "bytes": 10}
+    assert await store.stats("publisher", "a") == {"events": 1}
+    assert await store.stats("publication", "b") == {}
+    # Increments that cancel out within one call create nothing.
+    await store.add_stats([Stat("publication", "b", "n", 3), Stat("publication", "b", "n", -3)])
+    assert await store.stats("publication", "b") == {}
+    await store.add_stats([Stat("publication", "a", "bytes", -10)])
+    assert await store.stats("publication", "a") == {"events": 7, "bytes": 0}
+    await store.add_stats([])
+
+    await store.append([ev("a")], [Stat("publication", "a", "events"), Stat("publisher", "p", "events")])
+    assert (await store.stats("publication", "a"))["events"] == 8
+    assert await store.stats("publisher", "p") == {"events": 1}
+
+
+# -- lifecycle ------------------------------------------------------------------------
+
+
+async def test_calls_after_close_raise(store: Store) -> None:
+    await store.append([ev("a")])
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.append([ev("a")])
+    with pytest.raises(StoreError):
+        await store.create_principal(PrincipalRecord(name="x"), b"t")
+    with pytest.raises(StoreError):
+        await store.head()
+    with pytest.raises(StoreError):
+        await store.read_after(0)
+    await store.close()  # closing twice is harmless
+
+
+async def test_sqlite_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    s = SQLiteStore(path)
+    await s.open()
+    try:
+        await s.create_principal(PrincipalRecord(name="alice", admin=True), b"tok")
+        await s.create_publication(PublicationRecord(namespace="reg", owner="alice", config=[["x", 1]]))
+        await s.add_publisher("reg", "alice")
+        sid = (await s.create_subscription(sub("reg"))).id
+        # "free" has no publication; "late" gets one only after its events.
+        first = await s.append([ev("reg"), ev("free"), ev("reg"), ev("late"), ev("free")],
+                               [Stat("publication", "reg", "events", 2)])
+        await s.create_publication(PublicationRecord(namespace="late", owner="alice"))
+        note_ids = await s.open_notifications(sid, first[:2], cursor=2)
+        await s.settle_notifications(note_ids[1:])
+    finally:
+        await s.close()
+
+    s = SQLiteStore(path)
+    await s.open()
+    try:
+        assert await s.principal_by_token(b"tok") == PrincipalRecord(name="alice", admin=True)
+        assert [p.namespace for p in await s.list_publications()] == ["late", "reg"]
+        assert await s.list_publishers() == [("reg", "alice")]
+        assert [(x.id, x.cursor) for x in await s.list_subscriptions()] == [(sid, 2)]
+        assert await s.read_after(0) == first
+        assert await s.head() == 5
+        assert [p.id for p in await s.pending(sid)] == note_ids[:1]
+        assert await s.last_notification_id() == note_ids[-1]
+        assert await s.stats("publication", "reg") == {"events": 2}
+
+        more = await s.append([ev("reg"), ev("free"), ev("late"), ev("new")])
+        assert [(e.seq, e.namespace, e.id, e.prev_id) for e in more] == [
+            (6, "reg", 3, 2), (7, "free", 3, 2), (8, "late", 2, 1), (9, "new", 1, None),
+        ]
+        assert_chains(await s.read_after(0))
+        assert (await s.open_notifications(sid, more[:1], cursor=6))[0] > note_ids[-1]
+    finally:
+        await s.close()
+
+
+async def test_sqlite_failing_job_does_not_poison_group(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / "t.db")
+    await s.open()
+    try:
+        assert await s.create_principal(PrincipalRecord(name="alice"), b"tok")
+        results = await asyncio.gather(
+            s.append([ev("a"), ev("b")]),
+            s.create_principal(PrincipalRecord(name="alice"), b"tok-2"),  # False, not an error
+            s.create_subscription(sub("a")),
+            s.add_token("alice", b"tok"),  # duplicate hash: this job fails
+            s.append([ev("a")]),
+            s.create_principal(PrincipalRecord(name="bob"), b"tok"),  # duplicate hash again
+            s.append([ev("b"), ev("a")]),
+            s.add_publisher("a", "alice"),
+            return_exceptions=True,
+        )
+        assert results[1] is False and results[7] is True
+        assert isinstance(results[2], SubscriptionRecord)
+        assert isinstance(results[3], sqlite3.IntegrityError)
+        assert isinstance(results[5], sqlite3.IntegrityError)
+        appended: list[StoredEvent] = []
+        for r in (results[0], results[4], results[6]):
+            assert isinstance(r, list)
+            appended.extend(r)
+        assert_chains(appended)
+        assert await s.read_after(0) == sorted(appended, key=lambda e: e.seq)
+        assert [p.name for p in await s.list_principals()] == ["alice"]
+        assert await s.principal_by_token(b"tok-2") is None
+        assert len(await s.list_subscriptions()) == 1
+    finally:
+        await s.close()
