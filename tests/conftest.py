@@ -44,7 +44,7 @@ class ServerProcess:
 
     def start(self) -> None:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - closed in stop()
+        log = open(self.data_dir / "server.log", "ab")  # closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tidings", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir)],
             stdout=log, stderr=subprocess.STDOUT, env=env,

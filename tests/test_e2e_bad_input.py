@@ -41,7 +41,8 @@ class Recorder:
             if not msg.get("more_body"):
                 break
         self.notifications.extend(json.loads(body))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"null"})
 
 
@@ -349,18 +350,17 @@ async def test_non_admin_may_not_create_principals(h: Harness) -> None:
 
 
 async def test_invalid_subscription_endpoint(h: Harness) -> None:
-    items = await h.ok(
-        "icrc72_register_subscription",
-        [
-            {"namespace": h.ns, "endpoint": "ftp://x"},
-            {"namespace": h.ns},
-            {"namespace": h.ns, "endpoint": ""},
-            {"namespace": h.ns, "endpoint": "not a url"},
-            {"namespace": h.ns, "endpoint": "http://"},
-            {"namespace": h.ns, "endpoint": "http://127.0.0.1:9/", "config": [["k", {"Nat": -1}]]},
-        ],
-    )
-    assert [list(item["Err"]) for item in items] == [["ImproperConfig"]] * 6
+    bad = [
+        {"namespace": h.ns, "endpoint": "ftp://x"},
+        {"namespace": h.ns},
+        {"namespace": h.ns, "endpoint": ""},
+        {"namespace": h.ns, "endpoint": "not a url"},
+        {"namespace": h.ns, "endpoint": "http://"},
+        {"namespace": h.ns, "endpoint": "http://127.0.0.1:9/", "config": [["k", {"Nat": -1}]]},
+    ]
+    for i in range(0, len(bad), MAX_ITEMS):
+        items = await h.ok("icrc72_register_subscription", bad[i : i + MAX_ITEMS])
+        assert [list(item["Err"]) for item in items] == [["ImproperConfig"]] * MAX_ITEMS
     # None of them was created.
     subs = await h.ok("icrc72_get_subscriptions", {"namespace": h.ns})
     assert len(subs) == 1
@@ -374,16 +374,20 @@ async def test_reserved_header_is_refused_per_item(h: Harness) -> None:
         [
             {"namespace": h.ns, "data": {"Nat": 1}, "headers": [["x-mine", {"Text": "ok"}]]},
             {"namespace": h.ns, "data": {"Nat": 2}, "headers": [["icrc72:broadcaster:received", {"Nat": 1}]]},
-            {"namespace": h.ns, "data": {"Nat": 3}, "headers": [["icrc72:eventData:hash", {"Blob": ""}]]},
-            {"namespace": h.ns, "data": {"Nat": 4}},
+            {"namespace": h.ns, "data": {"Nat": 3}},
         ],
     )
     assert items[0] == {"Ok": [last + 1]}
-    for item in items[1:3]:
-        err = item["Err"]["GenericError"]
-        assert err["error_code"] == 1 and "reserved" in err["message"]
-    assert items[3] == {"Ok": [last + 2]}  # the refused ones left no gap
+    err = items[1]["Err"]["GenericError"]
+    assert err["error_code"] == 1 and "icrc72:broadcaster:received" in err["message"]
+    assert items[2] == {"Ok": [last + 2]}  # the refused one left no gap
     h.ids += [last + 1, last + 2]
+    for key in ("icrc72:broadcaster:sent", "icrc72:eventData:hash", "icrc72:relay:sent", "icrc77:replay:id"):
+        (item,) = await h.ok(
+            "icrc72_publish",
+            [{"namespace": h.ns, "data": {"Nat": 1}, "headers": [["x-ok", {"Nat": 1}], [key, {"Nat": 1}]]}],
+        )
+        assert item["Err"]["GenericError"]["error_code"] == 1, key
     await h.check_intact()
 
 
@@ -413,4 +417,18 @@ async def test_batch_over_the_limit(h: Harness) -> None:
     items = await h.ok("icrc72_publish", events[:MAX_ITEMS])
     assert [item["Ok"] for item in items] == [[3], [4], [5]]
     h.ids += [3, 4, 5]
+    # The limit holds for every batch method, and the refused batch did nothing.
+    over = MAX_ITEMS + 1
+    items = await h.ok("icrc72_register_publication", [{"namespace": f"{h.ns}.x{i}"} for i in range(over)])
+    assert all(list(item["Err"]) == ["GenericBatchError"] for item in items) and len(items) == over
+    items = await h.ok(
+        "icrc72_register_subscription", [{"namespace": h.ns, "endpoint": "http://127.0.0.1:9/"}] * over
+    )
+    assert all(list(item["Err"]) == ["GenericBatchError"] for item in items) and len(items) == over
+    for method in ("icrc72_confirm_notifications", "icrc72_confirm_messages"):
+        answer = await h.ok(method, list(range(1, over + 1)))
+        assert [list(item["Err"]) for item in answer["itemized"]] == [["GenericBatchError"]] * over
+    assert len(await h.ok("icrc72_get_subscriptions", {"namespace": h.ns})) == 1
+    names = [p["namespace"] for p in await h.ok("icrc72_get_publications", {"take": 1000})]
+    assert not [n for n in names if n.startswith(h.ns + ".")]
     await h.check_intact()

@@ -57,6 +57,17 @@ async def _body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _well_formed(body: bytes) -> bool:
+    """Whether ``body`` is syntactically valid JSON (only asked on the error path)."""
+    try:
+        msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return False
+    except RecursionError:
+        return True  # too deep to tell; the typed decoder's answer stands
+    return True
+
+
 def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
     """The ASGI app over ``broker``; with ``manage_broker`` it starts and stops the broker."""
     limit = broker.settings.max_body_bytes
@@ -72,9 +83,15 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             try:
                 arg = method.decode(body)
             except msgspec.ValidationError as e:
+                # The typed decoder checks types while it parses, so a type error can come
+                # before broken JSON further on: tell the two apart.
+                if not _well_formed(body):
+                    raise BadRequest("the body is not valid JSON", code="malformed_json") from None
                 raise BadRequest(f"{name}: {e}", code="invalid_argument") from None
             except msgspec.DecodeError as e:
                 raise BadRequest(f"the body is not valid JSON: {e}", code="malformed_json") from None
+            except RecursionError:
+                raise BadRequest("the body is nested too deeply", code="invalid_argument") from None
             result = await method.handler(broker, caller, arg)
         except ApiError as e:
             return error_response(e.status, e.code, e.message)

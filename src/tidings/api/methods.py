@@ -29,6 +29,7 @@ from ..core.wire import (
     SubscriptionQuery,
     SubscriptionRegistration,
     Whoami,
+    err,
 )
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord
@@ -73,6 +74,25 @@ async def _whoami(b: Broker, caller: PrincipalRecord, arg: None) -> Whoami:
     return Whoami(name=caller.name, admin=caller.admin)
 
 
+def _too_many(b: Broker, items: list[Any]) -> list[ItemResult | None] | None:
+    """``max_batch_items`` holds for every batch call: more make every item GenericBatchError."""
+    n, limit = len(items), b.settings.max_batch_items
+    return [err("GenericBatchError", f"a batch holds at most {limit} items")] * n if n > limit else None
+
+
+async def _register_publications(b: Broker, c: PrincipalRecord, a: list[PublicationRegistration]) -> Any:
+    return _too_many(b, a) or await b.orchestrator.register_publications(c, a)
+
+
+async def _register_subscriptions(b: Broker, c: PrincipalRecord, a: list[SubscriptionRegistration]) -> Any:
+    return _too_many(b, a) or await b.orchestrator.register_subscriptions(c, a)
+
+
+async def _confirm(b: Broker, c: PrincipalRecord, a: list[int]) -> ConfirmResult:
+    refused = _too_many(b, a)
+    return ConfirmResult(itemized=refused) if refused else await b.confirm(c, a)
+
+
 _ITEMS = list[ItemResult | None]
 
 METHODS: dict[str, Method] = {
@@ -80,12 +100,12 @@ METHODS: dict[str, Method] = {
     for m in [
         Method(
             "icrc72_register_publication", list[PublicationRegistration], _ITEMS,
-            lambda b, c, a: b.orchestrator.register_publications(c, a),
+            _register_publications,
             "Register publications; the caller becomes a publisher of each namespace.",
         ),
         Method(
             "icrc72_register_subscription", list[SubscriptionRegistration], _ITEMS,
-            lambda b, c, a: b.orchestrator.register_subscriptions(c, a),
+            _register_subscriptions,
             "Register subscriptions; Ok carries the subscription id.",
         ),
         Method(
@@ -95,12 +115,12 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "icrc72_confirm_notifications", list[int], ConfirmResult,
-            lambda b, c, a: b.confirm(c, a),
+            _confirm,
             "Confirm notifications received in oneshot mode.",
         ),
         Method(
             "icrc72_confirm_messages", list[int], ConfirmResult,
-            lambda b, c, a: b.confirm(c, a),
+            _confirm,
             "Alias of icrc72_confirm_notifications (the draft uses both names).",
         ),
         Method(

@@ -286,6 +286,14 @@ class _Worker:
         deadline = self.d.monotonic() - self.d._settings.ack_deadline_s
         overdue = [(nid, e) for nid, (e, t) in self.unconfirmed.items() if t <= deadline]
         if overdue:
+            # A confirmation that came while its push was still open found nothing to clear
+            # in ``unconfirmed``: ask the store what is still pending before sending again.
+            pending = {p.id for p in await self.d._store.get_notifications([nid for nid, _ in overdue])}
+            for nid, _ in overdue:
+                if nid not in pending:
+                    self.unconfirmed.pop(nid, None)
+            overdue = [(nid, e) for nid, e in overdue if nid in pending]
+        if overdue:
             await self.d._store.count_attempt([nid for nid, _ in overdue])
             await self._deliver(overdue)
 

@@ -150,6 +150,13 @@ def check(obj: Any, path: str = "$") -> None:
     This walks the wire form without building anything; it is the validation the
     publish path runs on every event.
     """
+    try:
+        _check(obj, path)
+    except RecursionError:
+        raise InvalidValue("the value is nested too deeply", path) from None
+
+
+def _check(obj: Any, path: str) -> None:
     tag, x = _one_tag(obj, path)
     if tag in _SCALARS:
         _check_scalar(tag, x, path)
@@ -157,16 +164,16 @@ def check(obj: Any, path: str = "$") -> None:
         if type(x) is not list:
             raise InvalidValue(f"{tag} must be an array", path)
         for i, item in enumerate(x):
-            check(item, f"{path}[{i}]")
+            _check(item, f"{path}[{i}]")
     elif tag == "Map":
         for i, (k, v) in enumerate(_pairs(x, tag, path)):
             if not isinstance(k, str):
                 raise InvalidValue("Map keys must be strings", f"{path}[{i}]")
-            check(v, f"{path}.{k}")
+            _check(v, f"{path}.{k}")
     elif tag == "ValueMap":
         for i, (k, v) in enumerate(_pairs(x, tag, path)):
-            check(k, f"{path}[{i}][0]")
-            check(v, f"{path}[{i}][1]")
+            _check(k, f"{path}[{i}][0]")
+            _check(v, f"{path}[{i}][1]")
     elif tag == "Class":
         if type(x) is not list:
             raise InvalidValue("Class must be an array of properties", path)
@@ -181,10 +188,10 @@ def check(obj: Any, path: str = "$") -> None:
                     "Class properties are objects with name (string), value and immutable (bool)",
                     f"{path}[{i}]",
                 )
-            check(prop["value"], f"{path}.{prop['name']}")
+            _check(prop["value"], f"{path}.{prop['name']}")
     elif tag == "Option":
         if x is not None:
-            check(x, f"{path}?")
+            _check(x, f"{path}?")
     elif tag == "Bytes":
         if type(x) is not list or not all(_is_int(b) and 0 <= b <= 255 for b in x):
             raise InvalidValue("Bytes must be an array of integers in [0, 255]", path)
