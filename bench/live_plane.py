@@ -8,7 +8,7 @@ Starts a real ``tidings serve`` process on a free port with a fresh data folder,
    Subscriber on uvicorn), single-event publishes at ``--rate`` events/s.
 
 Prints the figures and writes them as JSON (``--json``). Bounded in time; stops what it
-started. Run: ``.venv/bin/python bench/live_plane.py``.
+started. Run: ``.venv/bin/python -m bench.live_plane``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,7 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,71 +26,15 @@ from pathlib import Path
 import aiohttp
 import uvicorn
 
+from bench._harness import Server, free_port, post
 from tidings.client import EventNotification, Subscriber
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class _Server:
-    def __init__(self, data_dir: Path) -> None:
-        self.port = _free_port()
-        self.data_dir = data_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> _Server:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tidings", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir),
-             "--log-level", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while not (self.data_dir / "admin.token").exists() or not self._listening():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("server did not start")
-            time.sleep(0.05)
-        return self
-
-    def _listening(self) -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-            return True
-        except OSError:
-            return False
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def token(self) -> str:
-        return (self.data_dir / "admin.token").read_text().strip()
-
-
-async def _post(session: aiohttp.ClientSession, url: str, method: str, body: bytes) -> bytes:
-    async with session.post(f"{url}/v1/{method}", data=body) as r:
-        data = await r.read()
-        if r.status != 200:
-            raise RuntimeError(f"{method}: {r.status} {data[:200]!r}")
-        return data
-
-
-async def throughput(srv: _Server, clients: int, batch: int, seconds: float) -> dict[str, float]:
+async def throughput(srv: Server, clients: int, batch: int, seconds: float) -> dict[str, float]:
     headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
     conn = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(headers=headers, connector=conn) as s:
-        await _post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.tp"}]')
+        await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.tp"}]')
         event = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {"Text": "x" * 64}]]}}
         body = json.dumps([event] * batch).encode()
         count = 0
@@ -103,7 +43,7 @@ async def throughput(srv: _Server, clients: int, batch: int, seconds: float) -> 
         async def client() -> None:
             nonlocal count
             while time.monotonic() < stop:
-                out = json.loads(await _post(s, srv.url, "icrc72_publish", body))
+                out = json.loads(await post(s, srv.url, "icrc72_publish", body))
                 count += sum(1 for r in out if r and "Ok" in r)
 
         t0 = time.monotonic()
@@ -112,7 +52,7 @@ async def throughput(srv: _Server, clients: int, batch: int, seconds: float) -> 
     return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed)}
 
 
-async def latency(srv: _Server, rate: float, seconds: float) -> dict[str, float]:
+async def latency(srv: Server, rate: float, seconds: float) -> dict[str, float]:
     sent: dict[int, int] = {}
     lat_ms: list[float] = []
 
@@ -120,7 +60,7 @@ async def latency(srv: _Server, rate: float, seconds: float) -> dict[str, float]
         lat_ms.append((time.perf_counter_ns() - sent[n.eventId]) / 1e6)
 
     sub = Subscriber(handle, url=srv.url, token=srv.token, dedupe=False)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(sub, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -128,7 +68,7 @@ async def latency(srv: _Server, rate: float, seconds: float) -> dict[str, float]
     headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
     try:
         async with aiohttp.ClientSession(headers=headers) as s:
-            await _post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
+            await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
             await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
             body = b'[{"namespace":"bench.lat","data":{"Nat":1}}]'
             n = int(rate * seconds)
@@ -138,7 +78,7 @@ async def latency(srv: _Server, rate: float, seconds: float) -> dict[str, float]
 
             async def one() -> None:
                 t = time.perf_counter_ns()
-                out = json.loads(await _post(s, srv.url, "icrc72_publish", body))
+                out = json.loads(await post(s, srv.url, "icrc72_publish", body))
                 sent[out[0]["Ok"][0]] = t
 
             for _ in range(n):
@@ -172,7 +112,7 @@ async def main() -> None:
     ap.add_argument("--rate", type=float, default=500.0)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d, _Server(Path(d)) as srv:
+    with tempfile.TemporaryDirectory() as d, Server(Path(d)) as srv:
         tp1 = await throughput(srv, a.clients, 1, a.seconds)
         tpb = await throughput(srv, a.clients, a.batch, a.seconds)
         lat = await latency(srv, a.rate, a.seconds)

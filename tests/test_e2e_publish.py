@@ -217,7 +217,7 @@ async def test_info_queries_page_and_filter(server: ServerProcess, endpoints: An
         prefixed = await admin.get_publications(stats_filter=["icrc72:publication:stats:"])
         # (delivery goes on meanwhile: compare the keys, and the counts that are settled)
         assert [[k for k, _ in p.stats] for p in prefixed] == [list(stats[ns]) for ns in namespaces]
-        assert len(stats[namespaces[0]]) == 4
+        assert len(stats[namespaces[0]]) == 5  # publishers, events, events:sent, notifications, confirmations
         assert all(p.stats == [] for p in await admin.get_publications(stats_filter=[]))
 
         # -- publishers, ordered by principal

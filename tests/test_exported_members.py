@@ -31,7 +31,8 @@ def test_store_interface_methods() -> None:
     abstract = tidings.store.Store.__abstractmethods__
     assert abstract == {
         "open", "close", "create_principal", "add_token", "principal_by_token", "list_principals",
-        "create_publication", "update_publication", "list_publications", "add_publisher", "list_publishers",
+        "create_publication", "update_publication", "list_publications", "delete_publication",
+        "move_cursor", "count_events", "add_publisher", "list_publishers",
         "create_subscription", "update_subscription", "delete_subscription", "list_subscriptions",
         "append", "read_after", "read_seqs", "head", "open_notifications", "settle_notifications",
         "get_notifications", "pending", "last_notification_id", "count_attempt", "add_stats", "stats",

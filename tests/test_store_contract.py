@@ -424,3 +424,38 @@ async def test_sqlite_failing_job_does_not_poison_group(tmp_path: Path) -> None:
         assert len(await s.list_subscriptions()) == 1
     finally:
         await s.close()
+
+
+# -- deletion, cursors, counts ---------------------------------------------------------
+
+
+async def test_delete_publication_ends_its_subscriptions_and_keeps_the_chain(store: Store) -> None:
+    await store.create_publication(PublicationRecord(namespace="a.b", owner="alice"))
+    await store.create_publication(PublicationRecord(namespace="a.c", owner="alice"))
+    await store.add_publisher("a.b", "alice")
+    first = await store.append([ev("a.b", 1), ev("a.b", 2), ev("a.c", 3)])
+    s1 = await store.create_subscription(sub("a.b"))
+    s2 = await store.create_subscription(sub("a.c"))
+    await store.open_notifications(s1.id, first[:1], first[0].seq)
+
+    assert await store.delete_publication("a.b") == [s1.id]
+    assert [p.namespace for p in await store.list_publications()] == ["a.c"]
+    assert await store.list_publishers("a.b") == []
+    assert [s.id for s in await store.list_subscriptions()] == [s2.id]
+    assert await store.pending(s1.id) == []
+    # The events stay; registering the namespace again continues its chain.
+    assert await store.count_events("a.b") == 2
+    await store.create_publication(PublicationRecord(namespace="a.b", owner="bob"))
+    (again,) = await store.append([ev("a.b", 4)])
+    assert (again.id, again.prev_id) == (3, 2)
+
+
+async def test_move_cursor_and_count_events(store: Store) -> None:
+    events = await store.append([ev("x", 1), ev("y", 2), ev("x", 3)])
+    s = await store.create_subscription(sub("x"))
+    assert s.cursor == 3
+    await store.move_cursor(s.id, 1)
+    assert (await store.list_subscriptions())[0].cursor == 1
+    assert await store.count_events("x") == 2
+    assert await store.count_events("x", upto=events[1].seq) == 1
+    assert await store.count_events("nope") == 0

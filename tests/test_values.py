@@ -431,3 +431,19 @@ def test_to_python_containers() -> None:
 def test_float_payload_is_float() -> None:
     assert math.copysign(1.0, Value.from_wire({"Float": -0.0}).payload) == -1.0
     assert type(Value.from_wire({"Float": 3}).payload) is float
+
+
+def test_nesting_is_limited_to_max_depth() -> None:
+    from tidings.core.values import MAX_DEPTH, InvalidValue, check
+
+    def nested(n: int) -> dict:
+        v: dict = {"Nat": 1}
+        for _ in range(n - 1):
+            v = {"Array": [v]}
+        return v
+
+    check(nested(MAX_DEPTH))  # MAX_DEPTH - 1 Arrays around a Nat
+    with pytest.raises(InvalidValue) as e:
+        check(nested(MAX_DEPTH + 1))
+    assert "nest" in e.value.reason
+    assert e.value.path.startswith("$[0][0]")

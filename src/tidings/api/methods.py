@@ -23,11 +23,13 @@ from ..core.wire import (
     PrincipalCreated,
     PublicationInfo,
     PublicationRegistration,
+    PublicationUpdate,
     PublisherInfo,
     SubscriberInfo,
     SubscriptionInfo,
     SubscriptionQuery,
     SubscriptionRegistration,
+    SubscriptionUpdate,
     Whoami,
     err,
 )
@@ -80,12 +82,13 @@ def _too_many(b: Broker, items: list[Any]) -> list[ItemResult | None] | None:
     return [err("GenericBatchError", f"a batch holds at most {limit} items")] * n if n > limit else None
 
 
-async def _register_publications(b: Broker, c: PrincipalRecord, a: list[PublicationRegistration]) -> Any:
-    return _too_many(b, a) or await b.orchestrator.register_publications(c, a)
+def _batch(fn: Callable[[Broker, PrincipalRecord, Any], Awaitable[Any]]) -> Handler:
+    """A batch method: refused item by item beyond ``max_batch_items``."""
 
+    async def call(b: Broker, c: PrincipalRecord, a: list[Any]) -> Any:
+        return _too_many(b, a) or await fn(b, c, a)
 
-async def _register_subscriptions(b: Broker, c: PrincipalRecord, a: list[SubscriptionRegistration]) -> Any:
-    return _too_many(b, a) or await b.orchestrator.register_subscriptions(c, a)
+    return call
 
 
 async def _confirm(b: Broker, c: PrincipalRecord, a: list[int]) -> ConfirmResult:
@@ -100,12 +103,12 @@ METHODS: dict[str, Method] = {
     for m in [
         Method(
             "icrc72_register_publication", list[PublicationRegistration], _ITEMS,
-            _register_publications,
+            _batch(lambda b, c, a: b.orchestrator.register_publications(c, a)),
             "Register publications; the caller becomes a publisher of each namespace.",
         ),
         Method(
             "icrc72_register_subscription", list[SubscriptionRegistration], _ITEMS,
-            _register_subscriptions,
+            _batch(lambda b, c, a: b.orchestrator.register_subscriptions(c, a)),
             "Register subscriptions; Ok carries the subscription id.",
         ),
         Method(
@@ -122,6 +125,36 @@ METHODS: dict[str, Method] = {
             "icrc72_confirm_messages", list[int], ConfirmResult,
             _confirm,
             "Alias of icrc72_confirm_notifications (the draft uses both names).",
+        ),
+        Method(
+            "icrc72_update_publication", list[PublicationUpdate], _ITEMS,
+            _batch(lambda b, c, a: b.orchestrator.update_publications(c, a)),
+            "Change publication configs (controllers only); a null value removes a key.",
+        ),
+        Method(
+            "icrc72_update_subscription", list[SubscriptionUpdate], _ITEMS,
+            _batch(lambda b, c, a: b.orchestrator.update_subscriptions(c, a)),
+            "Change subscription configs, endpoints or modes (controllers only).",
+        ),
+        Method(
+            "icrc72_delete_publication", list[str], _ITEMS,
+            _batch(lambda b, c, a: b.orchestrator.delete_publications(c, a)),
+            "Delete publications (controllers only); their subscriptions end, their events stay.",
+        ),
+        Method(
+            "icrc72_delete_subscription", list[int], _ITEMS,
+            _batch(lambda b, c, a: b.orchestrator.delete_subscriptions(c, a)),
+            "Delete subscriptions (controllers only).",
+        ),
+        Method(
+            "icrc72_start_subscription", list[int], _ITEMS,
+            _batch(lambda b, c, a: b.orchestrator.set_stopped(c, a, False)),
+            "Start stopped subscriptions: delivery resumes with the next event published.",
+        ),
+        Method(
+            "icrc72_stop_subscription", list[int], _ITEMS,
+            _batch(lambda b, c, a: b.orchestrator.set_stopped(c, a, True)),
+            "Stop subscriptions: nothing is delivered until they are started.",
         ),
         Method(
             "icrc72_get_publications", InfoQuery, list[PublicationInfo],

@@ -28,14 +28,16 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import aiohttp
 import msgspec
 
-from ..core import values
+from ..core.namespaces import is_pattern
 from ..core.wire import ConfirmResult, ItemResult, err, ok
 from ..settings import Settings
 from ..store import PendingNotification, PrincipalRecord, Stat, Store, StoredEvent, SubscriptionRecord
+from .orchestrator import Orchestrator
 from .tail import Tail
 
 __all__ = ["Delivery"]
@@ -59,6 +61,7 @@ class _Push(msgspec.Struct):
 
 _encode = msgspec.json.Encoder().encode
 _decode_answer = msgspec.json.Decoder().decode
+_decode_data = msgspec.json.Decoder().decode
 _SENT_KEY = b'["icrc72:broadcaster:sent",{"Nat":'
 
 
@@ -92,6 +95,7 @@ class Delivery:
         store: Store,
         tail: Tail,
         settings: Settings,
+        registry: Orchestrator,
         *,
         on_gone: Callable[[int], Awaitable[None]] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -100,7 +104,10 @@ class Delivery:
         self._store = store
         self._tail = tail
         self._settings = settings
+        self.registry = registry
         self._on_gone = on_gone
+        # Decoded event data, shared by every subscription's filter; bounded.
+        self._data: dict[int, Any] = {}
         self.sleep = sleep
         self.monotonic = monotonic
         self._workers: dict[int, _Worker] = {}
@@ -139,6 +146,39 @@ class Delivery:
             raise RuntimeError("delivery is not running")
         return self._session
 
+    # -- RegistryListener ---------------------------------------------------------------
+
+    def subscription_added(self, sub: SubscriptionRecord) -> None:
+        self.add(sub)
+
+    def subscription_changed(self, sub: SubscriptionRecord, *, started: bool) -> None:
+        w = self._workers.get(sub.id)
+        if w is not None:
+            w.sub = sub
+            if started:
+                # Resume after what was published up to now, not up to when the worker
+                # gets to it (it may still be pushing an earlier batch).
+                w.started = True
+                w.resume_at = self._tail.head
+            w.wakeup.set()
+
+    def subscription_removed(self, sub_id: int) -> None:
+        self.remove(sub_id)
+
+    def sent_position(self, namespace: str) -> int | None:
+        scans = [w.scan for w in self._workers.values() if namespace in self.registry.namespaces_for(w.sub)]
+        return min(scans) if scans else None
+
+    # -- workers ----------------------------------------------------------------------
+
+    def data_of(self, e: StoredEvent) -> Any:
+        d = self._data.get(e.seq)
+        if d is None:
+            if len(self._data) >= 50_000:
+                self._data.clear()
+            d = self._data[e.seq] = _decode_data(e.data)
+        return d
+
     def add(self, sub: SubscriptionRecord) -> None:
         if self._tg is None or sub.id in self._workers:
             return
@@ -160,7 +200,8 @@ class Delivery:
     def wake(self, events: Sequence[StoredEvent]) -> None:
         namespaces = {e.namespace for e in events}
         for w in self._workers.values():
-            if w.sub.namespace in namespaces:
+            ns = w.sub.namespace
+            if ns in namespaces or (is_pattern(ns) and any(map(self.registry.matcher(ns), namespaces))):
                 w.wakeup.set()
 
     def note_issued(self, ids: Sequence[int]) -> None:
@@ -216,6 +257,12 @@ class _Worker:
         self.d = d
         self.sub = sub
         self.scan = sub.cursor
+        """Seq of the last event considered; ahead of the stored cursor while events are
+        being filtered out, since only a batch that is sent moves the stored one."""
+        self.started = False
+        """Set when a stopped subscription is started: it resumes after ``resume_at``, the
+        end of the log when it was started."""
+        self.resume_at = 0
         self.wakeup = asyncio.Event()
         # oneshot mode: notifications pushed and awaiting icrc72_confirm_notifications.
         self.unconfirmed: dict[int, tuple[StoredEvent, float]] = {}
@@ -226,10 +273,23 @@ class _Worker:
 
     async def run(self) -> None:
         s = self.d._settings
+        registry = self.d.registry
         try:
             await self._resend_stored()
             while True:
                 await self._resend_overdue()
+                conf = registry.sub_configs.get(self.sub.id)
+                if conf is None:  # deleted
+                    return
+                if self.started:
+                    # Events that passed while stopped are not delivered (a replay can
+                    # fetch them): resume at the end of the log.
+                    self.started = False
+                    self.scan = max(self.scan, self.resume_at)
+                    await self.d._store.move_cursor(self.sub.id, self.scan)
+                if conf.stopped:
+                    await self._idle()
+                    continue
                 events = await self._next(s.delivery_batch_size)
                 if not events:
                     await self._idle()
@@ -238,14 +298,24 @@ class _Worker:
                     await self.d.sleep(s.delivery_linger_ms / 1000)
                     more = await self._next(s.delivery_batch_size - len(events), after=events[-1].seq)
                     events = events + more
+                last = events[-1].seq
+                subscriber = self.sub.subscriber
+                passing = [
+                    e for e in events
+                    if registry.subscriber_allowed(e.namespace, subscriber, e.seq)
+                    and conf.passes(e.id, self.d.data_of(e))
+                ]
+                if not passing:
+                    self.scan = max(self.scan, last)
+                    continue
                 ids = await self.d._store.open_notifications(
-                    self.sub.id, events, events[-1].seq, _stats(self.sub, events, "notifications")
+                    self.sub.id, passing, last, _stats(self.sub, passing, "notifications")
                 )
                 if not ids:  # the subscription was deleted under us
                     return
                 self.d.note_issued(ids)
-                self.scan = events[-1].seq
-                await self._deliver(list(zip(ids, events, strict=True)))
+                self.scan = max(self.scan, last)
+                await self._deliver(list(zip(ids, passing, strict=True)))
         except _Gone:
             await self.d.ended(self.sub.id)
 
@@ -261,7 +331,9 @@ class _Worker:
 
     async def _next(self, limit: int, after: int | None = None) -> list[StoredEvent]:
         pos = self.scan if after is None else after
-        ns = [self.sub.namespace]
+        ns = self.d.registry.namespaces_for(self.sub)
+        if not ns:
+            return []
         events = self.d._tail.read_after(pos, ns, limit)
         if events is None:
             head = self.d._tail.head
@@ -293,9 +365,11 @@ class _Worker:
                 if nid not in pending:
                     self.unconfirmed.pop(nid, None)
             overdue = [(nid, e) for nid, e in overdue if nid in pending]
-        if overdue:
-            await self.d._store.count_attempt([nid for nid, _ in overdue])
-            await self._deliver(overdue)
+        size = self.d._settings.delivery_batch_size
+        for i in range(0, len(overdue), size):
+            chunk = overdue[i : i + size]
+            await self.d._store.count_attempt([nid for nid, _ in chunk])
+            await self._deliver(chunk)
 
     async def _deliver(self, batch: list[tuple[int, StoredEvent]]) -> None:
         """Push until the endpoint takes it; confirm what the answer confirms."""
@@ -337,10 +411,12 @@ class _Worker:
         if sub.endpoint is None:
             raise _PushFailed("no endpoint")
         sent = time.time_ns()
+        conf = self.d.registry.sub_configs.get(sub.id)
+        filter_text = conf.filter if conf is not None else None
         body = _encode([
             _Push(
                 id=nid, eventId=e.id, prev_id=e.prev_id, timestamp=e.timestamp, namespace=e.namespace,
-                data=msgspec.Raw(e.data), source=e.source, filter=_filter_text(sub),
+                data=msgspec.Raw(e.data), source=e.source, filter=filter_text,
                 headers=_with_sent(e.headers, sent),
             )
             for nid, e in batch
@@ -381,8 +457,3 @@ def _failed_items(answer: object, n: int) -> set[int]:
     if not isinstance(answer, list) or len(answer) != n:
         return set()
     return {i for i, item in enumerate(answer) if isinstance(item, dict) and "Err" in item}
-
-
-def _filter_text(sub: SubscriptionRecord) -> str | None:
-    v = values.map_get(sub.config, "icrc72:subscription:filter")
-    return v.get("Text") if isinstance(v, dict) else None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..core.wire import ConfirmResult
 from ..settings import Settings
-from ..store import PrincipalRecord, Store, StoredEvent, SubscriptionRecord
+from ..store import PrincipalRecord, Store, StoredEvent
 from .auth import Authenticator
 from .broadcaster import Broadcaster
 from .delivery import Delivery
@@ -34,11 +34,10 @@ class Broker:
         self.settings = settings
         self.store = store
         self.auth = Authenticator(store)
-        self.orchestrator = Orchestrator(
-            store, broadcaster_id=settings.broadcaster_id, on_subscription=self._subscription_added
-        )
+        self.orchestrator = Orchestrator(store, broadcaster_id=settings.broadcaster_id)
         self.tail = Tail(0, settings.tail_capacity)
-        self.delivery = Delivery(store, self.tail, settings, on_gone=self._subscription_gone)
+        self.delivery = Delivery(store, self.tail, settings, self.orchestrator, on_gone=self._subscription_gone)
+        self.orchestrator.listener = self.delivery
         self.broadcaster = Broadcaster(
             store,
             self.orchestrator,
@@ -104,11 +103,7 @@ class Broker:
         self.tail.extend(events)
         self.delivery.wake(events)
 
-    def _subscription_added(self, sub: SubscriptionRecord) -> None:
-        self.delivery.add(sub)
-
     async def _subscription_gone(self, sub_id: int) -> None:
         """The endpoint answered 410 Gone: the subscription ends."""
         log.info("subscription %s ended: its endpoint answered 410 Gone", sub_id)
-        self.orchestrator.subscriptions.pop(sub_id, None)
-        await self.store.delete_subscription(sub_id)
+        await self.orchestrator.end_subscription(sub_id)

@@ -15,3 +15,8 @@ def wire(x: Any) -> Any:
 
 def wire_pairs(m: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
     return [(k, wire(v)) for k, v in (m or {}).items()]
+
+
+def wire_changes(m: Mapping[str, Any]) -> list[tuple[str, Any | None]]:
+    """Config changes: a value sets the key, ``None`` removes it."""
+    return [(k, None if v is None else wire(v)) for k, v in m.items()]

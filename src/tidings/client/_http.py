@@ -24,6 +24,7 @@ class _Error(msgspec.Struct):
 
 
 _error_decoder = msgspec.json.Decoder(_Error)
+_NOT_REPEATABLE = frozenset({"icrc72_publish"})
 
 
 class Connection:
@@ -45,13 +46,23 @@ class Connection:
         return self._session
 
     async def call(self, method: str, arg: Any, result: type[T]) -> T:
+        """Call ``method``. A call that is safe to repeat is tried once more when a pooled
+        connection turns out to be dead (the server restarted); ``icrc72_publish`` is not,
+        since the first try may have been stored: that failure is raised to the caller."""
         body = b"" if arg is None else _encode(arg)
-        try:
-            async with self._http().post(f"{self.url}/v1/{method}", data=body) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise TransportError(f"{method}: {e!r}") from e
+        tries = 1 if method in _NOT_REPEATABLE else 2
+        for attempt in range(tries):
+            try:
+                async with self._http().post(f"{self.url}/v1/{method}", data=body) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+                break
+            except aiohttp.ServerDisconnectedError as e:
+                if attempt + 1 < tries:
+                    continue
+                raise TransportError(f"{method}: {e!r}") from e
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                raise TransportError(f"{method}: {e!r}") from e
         if status != 200:
             try:
                 problem = _error_decoder.decode(raw).error

@@ -5,8 +5,8 @@ from typing import Any
 
 from msgspec import UNSET, structs
 
-from ..core.wire import Event, ItemResult, PublicationRegistration
-from ._convert import wire, wire_pairs
+from ..core.wire import Event, ItemResult, PublicationRegistration, PublicationUpdate
+from ._convert import wire, wire_changes, wire_pairs
 from ._errors import ItemError
 from ._http import Connection
 
@@ -45,6 +45,17 @@ class Publisher:
 
     async def register_publications(self, regs: list[PublicationRegistration]) -> list[ItemResult | None]:
         return await self._conn.call("icrc72_register_publication", regs, list[ItemResult | None])
+
+    async def update_publication(self, namespace: str, changes: Mapping[str, Any]) -> None:
+        """Set config keys (a value) or remove them (``None``); controllers only."""
+        upd = PublicationUpdate(namespace=namespace, config=wire_changes(changes))
+        (r,) = await self._conn.call("icrc72_update_publication", [upd], list[ItemResult | None])
+        item_result(r)
+
+    async def delete_publication(self, namespace: str) -> None:
+        """Delete a publication; its subscriptions end, its events stay in the log."""
+        (r,) = await self._conn.call("icrc72_delete_publication", [namespace], list[ItemResult | None])
+        item_result(r)
 
     async def publish(self, namespace: str, data: Any, *, headers: Mapping[str, Any] | None = None) -> int:
         """Publish one event and return its id once it is durable; raises :class:`ItemError`."""

@@ -10,8 +10,14 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..core.wire import ConfirmResult, EventNotification, ItemResult, SubscriptionRegistration
-from ._convert import wire_pairs
+from ..core.wire import (
+    ConfirmResult,
+    EventNotification,
+    ItemResult,
+    SubscriptionRegistration,
+    SubscriptionUpdate,
+)
+from ._convert import wire_changes, wire_pairs
 from ._http import Connection
 from ._publisher import item_result
 
@@ -97,9 +103,36 @@ class Subscriber:
             namespace=namespace, endpoint=endpoint, config=wire_pairs(config), filter=filter,
             skip=skip, stopped=stopped, mode=self.mode,
         )
-        (r,) = await self._connection().call("icrc72_register_subscription", [reg], list[ItemResult | None])
-        sub_id: int = item_result(r)
+        sub_id: int = await self._one("icrc72_register_subscription", reg)
         return sub_id
+
+    async def update(
+        self,
+        subscription_id: int,
+        changes: Mapping[str, Any] | None = None,
+        *,
+        endpoint: str | None = None,
+        mode: Literal["trusted", "oneshot"] | None = None,
+    ) -> None:
+        """Change a subscription: config keys (``None`` removes one), endpoint or mode."""
+        upd = SubscriptionUpdate(
+            id=subscription_id, config=wire_changes(changes or {}), endpoint=endpoint, mode=mode
+        )
+        await self._one("icrc72_update_subscription", upd)
+
+    async def start(self, subscription_id: int) -> None:
+        """Start a stopped subscription; it receives events published from now on."""
+        await self._one("icrc72_start_subscription", subscription_id)
+
+    async def stop(self, subscription_id: int) -> None:
+        await self._one("icrc72_stop_subscription", subscription_id)
+
+    async def unsubscribe(self, subscription_id: int) -> None:
+        await self._one("icrc72_delete_subscription", subscription_id)
+
+    async def _one(self, method: str, item: Any) -> Any:
+        (r,) = await self._connection().call(method, [item], list[ItemResult | None])
+        return item_result(r)
 
     async def confirm(self, ids: list[int]) -> ConfirmResult:
         return await self._connection().call("icrc72_confirm_notifications", ids, ConfirmResult)

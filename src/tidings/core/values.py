@@ -126,81 +126,153 @@ def _check_scalar(tag: str, x: Any, path: str) -> None:
             raise InvalidValue(f"{tag} must be an integer in [{lo}, {hi}]", path)
 
 
-def _one_tag(obj: Any, path: str) -> tuple[str, Any]:
-    if type(obj) is not dict or len(obj) != 1:
-        raise InvalidValue("expected an object with exactly one ICRC-16 variant key", path)
-    ((tag, x),) = obj.items()
-    if tag not in TAGS:
-        raise InvalidValue(f"unknown ICRC-16 variant {tag!r}", path)
-    return tag, x
+def _blob_ok(x: Any) -> bool:
+    try:
+        _decode_blob(x, "")
+    except InvalidValue:
+        return False
+    return True
 
 
-def _pairs(x: Any, tag: str, path: str) -> list[Any]:
-    if type(x) is not list:
-        raise InvalidValue(f"{tag} must be an array of pairs", path)
-    for i, pair in enumerate(x):
-        if type(pair) is not list or len(pair) != 2:
-            raise InvalidValue(f"{tag} entries must be 2-element arrays", f"{path}[{i}]")
-    return x
+def _range_ok(tag: str) -> Any:
+    lo, hi = _INT_RANGES[tag]
+    return lambda x: type(x) is int and lo <= x <= hi
+
+
+# Fast acceptance tests per scalar variant; on failure _check_scalar says why.
+_SCALAR_OK: Final[dict[str, Any]] = {
+    "Nat": lambda x: type(x) is int and x >= 0,
+    "Int": lambda x: type(x) is int,
+    "Text": lambda x: type(x) is str,
+    "Principal": lambda x: type(x) is str and x != "",
+    "Bool": lambda x: type(x) is bool,
+    "Float": _is_finite_number,
+    "Blob": _blob_ok,
+    **{t: _range_ok(t) for t in _INT_RANGES},
+}
+
+
+MAX_DEPTH: Final = 64
+"""Deepest nesting of containers a wire value may have (the root is depth 1)."""
+
+
+class _Bad(Exception):
+    """Raised inside the walk; the path is collected while unwinding, so the walk
+    itself never formats a path on the (common) success path."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.steps: list[str] = []
 
 
 def check(obj: Any, path: str = "$") -> None:
     """Raise :class:`InvalidValue` unless ``obj`` is a well-formed wire value.
 
     This walks the wire form without building anything; it is the validation the
-    publish path runs on every event.
+    publish path runs on every event. Containers nest at most :data:`MAX_DEPTH` deep.
     """
     try:
-        _check(obj, path)
-    except RecursionError:
-        raise InvalidValue("the value is nested too deeply", path) from None
+        _check(obj, 1)
+    except _Bad as e:
+        raise InvalidValue(e.reason, path + "".join(reversed(e.steps))) from None
 
 
-def _check(obj: Any, path: str) -> None:
-    tag, x = _one_tag(obj, path)
-    if tag in _SCALARS:
-        _check_scalar(tag, x, path)
-    elif tag in ("Array", "Set"):
-        if type(x) is not list:
-            raise InvalidValue(f"{tag} must be an array", path)
-        for i, item in enumerate(x):
-            _check(item, f"{path}[{i}]")
-    elif tag == "Map":
-        for i, (k, v) in enumerate(_pairs(x, tag, path)):
-            if not isinstance(k, str):
-                raise InvalidValue("Map keys must be strings", f"{path}[{i}]")
-            _check(v, f"{path}.{k}")
-    elif tag == "ValueMap":
-        for i, (k, v) in enumerate(_pairs(x, tag, path)):
-            _check(k, f"{path}[{i}][0]")
-            _check(v, f"{path}[{i}][1]")
-    elif tag == "Class":
-        if type(x) is not list:
-            raise InvalidValue("Class must be an array of properties", path)
-        for i, prop in enumerate(x):
-            if (
-                type(prop) is not dict
-                or set(prop) != {"name", "value", "immutable"}
-                or not isinstance(prop["name"], str)
-                or type(prop["immutable"]) is not bool
-            ):
-                raise InvalidValue(
-                    "Class properties are objects with name (string), value and immutable (bool)",
-                    f"{path}[{i}]",
-                )
-            _check(prop["value"], f"{path}.{prop['name']}")
-    elif tag == "Option":
-        if x is not None:
-            _check(x, f"{path}?")
-    elif tag == "Bytes":
+def _in(step: str, fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except _Bad as e:
+        e.steps.append(step)
+        raise
+
+
+def _check(obj: Any, depth: int) -> None:
+    if type(obj) is not dict or len(obj) != 1:
+        raise _Bad("expected an object with exactly one ICRC-16 variant key")
+    ((tag, x),) = obj.items()
+    ok = _SCALAR_OK.get(tag)
+    if ok is not None:
+        if not ok(x):
+            try:
+                _check_scalar(tag, x, "")
+            except InvalidValue as e:
+                raise _Bad(e.reason) from None
+        return
+    if tag not in _CONTAINERS:
+        raise _Bad(f"unknown ICRC-16 variant {tag!r}")
+    if tag == "Bytes":
         if type(x) is not list or not all(_is_int(b) and 0 <= b <= 255 for b in x):
-            raise InvalidValue("Bytes must be an array of integers in [0, 255]", path)
-    elif tag == "Floats":
+            raise _Bad("Bytes must be an array of integers in [0, 255]")
+        return
+    if tag == "Floats":
         if type(x) is not list or not all(_is_finite_number(f) for f in x):
-            raise InvalidValue("Floats must be an array of finite numbers", path)
-    elif tag == "Nats":
+            raise _Bad("Floats must be an array of finite numbers")
+        return
+    if tag == "Nats":
         if type(x) is not list or not all(_is_int(n) and n >= 0 for n in x):
-            raise InvalidValue("Nats must be an array of non-negative integers", path)
+            raise _Bad("Nats must be an array of non-negative integers")
+        return
+    if depth >= MAX_DEPTH:
+        raise _Bad(f"values nest at most {MAX_DEPTH} deep")
+    d = depth + 1
+    if tag == "Option":
+        if x is not None:
+            try:
+                _check(x, d)
+            except _Bad as e:
+                e.steps.append("?")
+                raise
+        return
+    if type(x) is not list:
+        raise _Bad(f"{tag} must be an array" + (" of pairs" if tag in ("Map", "ValueMap") else ""))
+    # ``i`` and ``part`` say where a failure happened; the step text is made only then.
+    i, part = 0, 0
+    try:
+        if tag in ("Array", "Set"):
+            for i, item in enumerate(x):  # noqa: B007 - read by the handler below
+                _check(item, d)
+        elif tag == "Map":
+            for i, pair in enumerate(x):  # noqa: B007 - read by the handler below
+                part = 0
+                if type(pair) is not list or len(pair) != 2:
+                    raise _Bad("Map entries must be 2-element arrays")
+                if not isinstance(pair[0], str):
+                    raise _Bad("Map keys must be strings")
+                part = 2
+                _check(pair[1], d)
+        elif tag == "ValueMap":
+            for i, pair in enumerate(x):  # noqa: B007 - read by the handler below
+                part = 0
+                if type(pair) is not list or len(pair) != 2:
+                    raise _Bad("ValueMap entries must be 2-element arrays")
+                part = 1
+                _check(pair[0], d)
+                part = 3
+                _check(pair[1], d)
+        else:  # Class
+            for i, prop in enumerate(x):  # noqa: B007 - read by the handler below
+                part = 0
+                if (
+                    type(prop) is not dict
+                    or len(prop) != 3
+                    or not isinstance(prop.get("name"), str)
+                    or type(prop.get("immutable")) is not bool
+                    or "value" not in prop
+                ):
+                    raise _Bad("Class properties are objects with name (string), value and immutable (bool)")
+                part = 4
+                _check(prop["value"], d)
+    except _Bad as e:
+        if tag in ("Array", "Set") or part == 0:
+            e.steps.append(f"[{i}]")
+        elif part == 1:
+            e.steps.append(f"[{i}][0]")
+        elif part == 3:
+            e.steps.append(f"[{i}][1]")
+        elif part == 2:
+            e.steps.append(f".{x[i][0]}")
+        else:
+            e.steps.append(f".{x[i]['name']}")
+        raise
 
 
 class Value:

@@ -32,11 +32,13 @@ __all__ = [
     "PrincipalCreated",
     "PublicationInfo",
     "PublicationRegistration",
+    "PublicationUpdate",
     "PublisherInfo",
     "SubscriberInfo",
     "SubscriptionInfo",
     "SubscriptionQuery",
     "SubscriptionRegistration",
+    "SubscriptionUpdate",
     "Whoami",
 ]
 
@@ -151,6 +153,24 @@ class SubscriptionRegistration(Struct, kw_only=True):
     skip: int | list[int] | None = None
     stopped: bool = False
     mode: Literal["trusted", "oneshot"] = "trusted"
+
+
+class PublicationUpdate(Struct, kw_only=True):
+    """Changes to a publication's config: each pair sets a key, or removes it when the
+    value is ``null``."""
+
+    namespace: str
+    config: list[tuple[str, Any | None]] = []
+
+
+class SubscriptionUpdate(Struct, kw_only=True):
+    """Changes to a subscription: config pairs as for publications, and optionally a new
+    endpoint or confirmation mode."""
+
+    id: int
+    config: list[tuple[str, Any | None]] = []
+    endpoint: str | None = None
+    mode: Literal["trusted", "oneshot"] | None = None
 
 
 class InfoQuery(Struct, kw_only=True, omit_defaults=True):

@@ -149,6 +149,13 @@ class Store(ABC):
         """Publications ordered by namespace, those after ``after``."""
 
     @abstractmethod
+    async def delete_publication(self, namespace: str) -> list[int]:
+        """Remove a publication, its publishers, and the subscriptions to exactly its
+        namespace (with their pending notifications); return those subscriptions' ids.
+        The namespace's events stay in the log and its id chain continues if it is
+        registered again."""
+
+    @abstractmethod
     async def add_publisher(self, namespace: str, principal: str) -> bool:
         """Register ``principal`` as a publisher of ``namespace``; False if it already was."""
 
@@ -165,6 +172,10 @@ class Store(ABC):
     @abstractmethod
     async def update_subscription(self, record: SubscriptionRecord) -> None:
         """Replace config, endpoint and mode (not the cursor)."""
+
+    @abstractmethod
+    async def move_cursor(self, subscription_id: int, cursor: int) -> None:
+        """Set a subscription's cursor (starting a stopped subscription skips ahead)."""
 
     @abstractmethod
     async def delete_subscription(self, subscription_id: int) -> None:
@@ -191,6 +202,10 @@ class Store(ABC):
     @abstractmethod
     async def read_seqs(self, seqs: Sequence[int]) -> list[StoredEvent]:
         """The events with these ``seq`` values, in ``seq`` order (missing ones skipped)."""
+
+    @abstractmethod
+    async def count_events(self, namespace: str, upto: int | None = None) -> int:
+        """How many events of ``namespace`` the log holds with ``seq <= upto`` (all if None)."""
 
     @abstractmethod
     async def head(self) -> int:

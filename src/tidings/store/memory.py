@@ -146,6 +146,16 @@ class MemoryStore(Store):
         self._publications[record.namespace] = (record.owner, _enc(record.config), record.created_at)
         return True
 
+    async def delete_publication(self, namespace: str) -> list[int]:
+        self._check()
+        ids = sorted(i for i, s in self._subs.items() if s.namespace == namespace)
+        for i in ids:
+            del self._subs[i]
+        self._notes = {i: n for i, n in self._notes.items() if n.subscription_id not in ids}
+        self._publishers = {p for p in self._publishers if p[0] != namespace}
+        self._publications.pop(namespace, None)
+        return ids
+
     async def update_publication(self, record: PublicationRecord) -> None:
         self._check()
         old = self._publications.get(record.namespace)
@@ -190,6 +200,12 @@ class MemoryStore(Store):
         if sub is not None:
             config = _enc(record.config)
             sub.endpoint, sub.mode, sub.config = record.endpoint, record.mode, config
+
+    async def move_cursor(self, subscription_id: int, cursor: int) -> None:
+        self._check()
+        sub = self._subs.get(subscription_id)
+        if sub is not None:
+            sub.cursor = cursor
 
     async def delete_subscription(self, subscription_id: int) -> None:
         self._check()
@@ -241,6 +257,10 @@ class MemoryStore(Store):
         self._check()
         n = len(self._events)
         return [self._events[s - 1] for s in sorted(set(seqs)) if 1 <= s <= n]
+
+    async def count_events(self, namespace: str, upto: int | None = None) -> int:
+        self._check()
+        return sum(1 for e in self._events if e.namespace == namespace and (upto is None or e.seq <= upto))
 
     async def head(self) -> int:
         self._check()

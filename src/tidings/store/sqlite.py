@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import queue
 import sqlite3
 import threading
@@ -216,13 +217,11 @@ class _Writer(threading.Thread):
                     while j < len(batch) and isinstance(batch[j][0], _Append):
                         j += 1
                     group = [b[0] for b in batch[i:j]]
-                    ok, res = self._run(conn, lambda c, w, g=group: _append_many(c, w, g))
+                    ok, res = self._run(conn, functools.partial(_append_group, group=group))
                     if ok:
                         results.extend((True, r) for r in res)
                     else:
-                        results.extend(
-                            self._run(conn, lambda c, w, a=a: _append_many(c, w, [a])[0]) for a in group
-                        )
+                        results.extend(self._run(conn, functools.partial(_append_one, one=a)) for a in group)
                     i = j
                 else:
                     results.append(self._run(conn, job))
@@ -264,6 +263,14 @@ class _Append:
         self.stats = stats
 
 
+def _append_group(c: sqlite3.Connection, w: _Writer, *, group: list[_Append]) -> list[list[StoredEvent]]:
+    return _append_many(c, w, group)
+
+
+def _append_one(c: sqlite3.Connection, w: _Writer, *, one: _Append) -> list[StoredEvent]:
+    return _append_many(c, w, [one])[0]
+
+
 def _append_many(c: sqlite3.Connection, w: _Writer, group: list[_Append]) -> list[list[StoredEvent]]:
     if w.seq is None:
         w.seq = w.staged_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
@@ -280,12 +287,14 @@ def _append_many(c: sqlite3.Connection, w: _Writer, group: list[_Append]) -> lis
             if prev is None:
                 prev = w.last_ids.get(ns)
             if prev is None:
-                # The highest id in the log, or the one recorded on the publication if
-                # retention has trimmed the log: a chain never restarts.
+                # The highest id in the log, or the one recorded on the publication (or
+                # kept when it was deleted) if retention has trimmed the log: a chain never
+                # restarts.
                 prev = c.execute(
                     "SELECT MAX(COALESCE((SELECT MAX(id) FROM events WHERE namespace = ?), 0), "
-                    "COALESCE((SELECT last_event_id FROM publications WHERE namespace = ?), 0))",
-                    (ns, ns),
+                    "COALESCE((SELECT last_event_id FROM publications WHERE namespace = ?), 0), "
+                    "COALESCE((SELECT value FROM meta WHERE key = 'last_event_id:' || ?), 0))",
+                    (ns, ns, ns),
                 ).fetchone()[0]
             seq += 1
             eid = prev + 1
@@ -463,6 +472,27 @@ class SQLiteStore(Store):
 
         return await self._read(q)
 
+    async def delete_publication(self, namespace: str) -> list[int]:
+        def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            ids = [r[0] for r in c.execute("SELECT id FROM subscriptions WHERE namespace = ?", (namespace,))]
+            c.executemany("DELETE FROM notifications WHERE subscription_id = ?", [(i,) for i in ids])
+            c.execute("DELETE FROM subscriptions WHERE namespace = ?", (namespace,))
+            c.execute("DELETE FROM publishers WHERE namespace = ?", (namespace,))
+            # Keep the chain's end: the events stay, and so must the id they continue from.
+            last = c.execute(
+                "SELECT MAX(COALESCE((SELECT MAX(id) FROM events WHERE namespace = ?), 0), "
+                "COALESCE((SELECT last_event_id FROM publications WHERE namespace = ?), 0))",
+                (namespace, namespace),
+            ).fetchone()[0]
+            c.execute("DELETE FROM publications WHERE namespace = ?", (namespace,))
+            c.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (f"last_event_id:{namespace}", last),
+            )
+            return ids
+
+        return await self._write(job)
+
     async def add_publisher(self, namespace: str, principal: str) -> bool:
         def job(c: sqlite3.Connection, w: _Writer) -> bool:
             cur = c.execute(
@@ -510,6 +540,11 @@ class SQLiteStore(Store):
             )
 
         await self._write(job)
+
+    async def move_cursor(self, subscription_id: int, cursor: int) -> None:
+        await self._write(
+            lambda c, w: c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
+        )
 
     async def delete_subscription(self, subscription_id: int) -> None:
         def job(c: sqlite3.Connection, w: _Writer) -> None:
@@ -579,6 +614,18 @@ class SQLiteStore(Store):
                 )
             out.sort(key=lambda e: e.seq)
             return out
+
+        return await self._read(q)
+
+    async def count_events(self, namespace: str, upto: int | None = None) -> int:
+        def q(c: sqlite3.Connection) -> int:
+            if upto is None:
+                return int(c.execute("SELECT COUNT(*) FROM events WHERE namespace = ?", (namespace,)).fetchone()[0])
+            return int(
+                c.execute(
+                    "SELECT COUNT(*) FROM events WHERE namespace = ? AND seq <= ?", (namespace, upto)
+                ).fetchone()[0]
+            )
 
         return await self._read(q)
 

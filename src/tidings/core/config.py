@@ -1,0 +1,195 @@
+"""Publication and subscription configs: the ICRC-72 keys, checked and read.
+
+A config is an ICRC-16 Map's pairs in wire form. tidings reads the keys below and keeps
+every other key as given (they show in the info queries). Reading a config either
+gives a typed view or raises :class:`ImproperConfig` naming the key and the reason.
+
+Principal lists (allow, deny, controllers) are Arrays whose items are ``Principal``,
+``Text`` or ``Blob`` (the UTF-8 bytes of the principal's name).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import filters
+
+__all__ = [
+    "FILTER",
+    "PUBLICATION_CONTROLLERS",
+    "PUBLISHERS_ALLOWED",
+    "PUBLISHERS_DISALLOWED",
+    "SKIP",
+    "STOPPED",
+    "SUBSCRIBERS_ALLOWED",
+    "SUBSCRIBERS_DISALLOWED",
+    "SUBSCRIPTION_CONTROLLERS",
+    "ImproperConfig",
+    "PublicationConfig",
+    "SubscriptionConfig",
+    "merge",
+]
+
+FILTER = "icrc72:subscription:filter"
+SKIP = "icrc72:subscription:skip"
+STOPPED = "icrc72:subscription:stopped"
+SUBSCRIPTION_CONTROLLERS = "icrc72:subscription:controllers"
+PUBLISHERS_ALLOWED = "icrc72:publication:publishers:allowed:list"
+PUBLISHERS_DISALLOWED = "icrc72:publication:publishers:disallowed:list"
+SUBSCRIBERS_ALLOWED = "icrc72:publication:subscribers:allowed:list"
+SUBSCRIBERS_DISALLOWED = "icrc72:publication:subscribers:disallowed:list"
+PUBLICATION_CONTROLLERS = "icrc72:publication:controllers"
+
+
+class ImproperConfig(ValueError):
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+def _last(pairs: Iterable[Sequence[Any]]) -> dict[str, Any]:
+    return {k: v for k, v in pairs}
+
+
+def _principals(key: str, value: Any) -> frozenset[str]:
+    items = value.get("Array") if isinstance(value, dict) else None
+    if not isinstance(items, list):
+        raise ImproperConfig(key, "expected an Array of Principal, Text or Blob")
+    out = set()
+    for item in items:
+        ((tag, x),) = item.items()
+        if tag in ("Principal", "Text"):
+            out.add(x)
+        elif tag == "Blob":
+            try:
+                out.add(base64.b64decode(x).decode())
+            except (binascii.Error, UnicodeDecodeError):
+                raise ImproperConfig(key, "a Blob principal must hold UTF-8 text") from None
+        else:
+            raise ImproperConfig(key, f"list items are Principal, Text or Blob, not {tag}")
+    return frozenset(out)
+
+
+def _nat(v: Any) -> int | None:
+    if isinstance(v, dict) and len(v) == 1:
+        ((tag, x),) = v.items()
+        if tag.startswith("Nat") and tag != "Nats" and type(x) is int:
+            return x
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionConfig:
+    filter: str | None = None
+    predicate: Callable[[Any], bool] | None = None
+    """The compiled filter over the event's wire data; None passes everything."""
+    skip: tuple[int, int] | None = None
+    """``(mod, offset)``: an event is delivered when ``eventId % mod == offset % mod``."""
+    stopped: bool = False
+    controllers: frozenset[str] | None = None
+
+    @classmethod
+    def read(cls, pairs: Iterable[Sequence[Any]]) -> SubscriptionConfig:
+        c = _last(pairs)
+        text = predicate = None
+        if FILTER in c:
+            v = c[FILTER]
+            if not (isinstance(v, dict) and isinstance(v.get("Text"), str)):
+                raise ImproperConfig(FILTER, "expected Text")
+            text = v["Text"]
+            try:
+                predicate = filters.compile_predicate(filters.parse(text))
+            except filters.FilterSyntaxError as e:
+                raise ImproperConfig(FILTER, str(e)) from None
+        skip = None
+        if SKIP in c:
+            skip = _skip(c[SKIP])
+        stopped = False
+        if STOPPED in c:
+            v = c[STOPPED]
+            if v in ({"Bool": True}, {"Text": "true"}):
+                stopped = True
+            elif v not in ({"Bool": False}, {"Text": "false"}):
+                raise ImproperConfig(STOPPED, 'expected Bool (or Text "true"/"false")')
+        controllers = _principals(SUBSCRIPTION_CONTROLLERS, c[SUBSCRIPTION_CONTROLLERS]) if (
+            SUBSCRIPTION_CONTROLLERS in c
+        ) else None
+        return cls(text, predicate, skip, stopped, controllers)
+
+    def passes(self, event_id: int, data: Any) -> bool:
+        """Whether an event is delivered: the filter first, then skip."""
+        if self.predicate is not None and not self.predicate(data):
+            return False
+        if self.skip is not None:
+            mod, offset = self.skip
+            return event_id % mod == offset % mod
+        return True
+
+
+def _skip(v: Any) -> tuple[int, int]:
+    n = _nat(v)
+    if n is not None:
+        parts = [n]
+    elif isinstance(v, dict) and isinstance(v.get("Array"), list):
+        parts = [_nat(x) for x in v["Array"]]  # type: ignore[misc]
+    elif isinstance(v, dict) and isinstance(v.get("Nats"), list):
+        parts = list(v["Nats"])
+    else:
+        parts = []
+    if not 1 <= len(parts) <= 2 or any(p is None for p in parts):
+        raise ImproperConfig(SKIP, "expected Nat mod, or Array [Nat mod, Nat offset]")
+    mod, offset = parts[0], parts[1] if len(parts) == 2 else 0
+    if mod < 1:
+        raise ImproperConfig(SKIP, "mod must be at least 1")
+    return mod, offset
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationConfig:
+    publishers_allowed: frozenset[str] | None = None
+    publishers_disallowed: frozenset[str] = frozenset()
+    subscribers_allowed: frozenset[str] | None = None
+    subscribers_disallowed: frozenset[str] = frozenset()
+    controllers: frozenset[str] | None = None
+
+    @classmethod
+    def read(cls, pairs: Iterable[Sequence[Any]]) -> PublicationConfig:
+        c = _last(pairs)
+
+        def lst(key: str) -> frozenset[str] | None:
+            return _principals(key, c[key]) if key in c else None
+
+        return cls(
+            lst(PUBLISHERS_ALLOWED),
+            lst(PUBLISHERS_DISALLOWED) or frozenset(),
+            lst(SUBSCRIBERS_ALLOWED),
+            lst(SUBSCRIBERS_DISALLOWED) or frozenset(),
+            lst(PUBLICATION_CONTROLLERS),
+        )
+
+    def publisher_allowed(self, principal: str) -> bool:
+        if principal in self.publishers_disallowed:
+            return False
+        return self.publishers_allowed is None or principal in self.publishers_allowed
+
+    def subscriber_allowed(self, principal: str) -> bool:
+        if principal in self.subscribers_disallowed:
+            return False
+        return self.subscribers_allowed is None or principal in self.subscribers_allowed
+
+
+def merge(pairs: Sequence[Sequence[Any]], changes: Iterable[Sequence[Any]]) -> list[list[Any]]:
+    """Apply ``[key, value]`` changes to config pairs: a value sets the key (in place if
+    present, else appended), ``None`` removes it. Other keys keep their order."""
+    out = [list(p) for p in pairs]
+    for key, value in changes:
+        first = next((i for i, p in enumerate(out) if p[0] == key), None)
+        out = [p for p in out if p[0] != key]
+        if value is not None:
+            out.insert(len(out) if first is None else first, [key, value])
+    return out
