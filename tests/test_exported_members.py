@@ -12,8 +12,8 @@ CLIENT = {
 }
 
 STORE = {
-    "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord", "PublicationRecord",
-    "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord",
+    "DeadLetter", "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord", "PublicationRecord",
+    "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord", "SubscriptionSecret",
 }
 
 
@@ -34,6 +34,8 @@ def test_store_interface_methods() -> None:
         "create_publication", "update_publication", "list_publications", "delete_publication",
         "move_cursor", "count_events", "add_publisher", "list_publishers",
         "create_subscription", "update_subscription", "delete_subscription", "list_subscriptions",
+        "add_secret", "secrets",
         "append", "read_after", "read_seqs", "head", "open_notifications", "settle_notifications",
-        "get_notifications", "pending", "last_notification_id", "count_attempt", "add_stats", "stats",
+        "get_notifications", "pending", "pending_counts", "last_notification_id", "count_attempt",
+        "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters", "add_stats", "stats",
     }

@@ -283,9 +283,11 @@ async def test_notifications(store: Store) -> None:
     await store.count_attempt([ids[0], 99_999])
     assert [p.attempts for p in await store.pending(s.id)] == [2, 1, 0]
 
-    settled = await store.settle_notifications([ids[0], 99_999, ids[1]], [Stat("subscription", "1", "ok", 2)])
+    ok = {i: [Stat("subscription", "1", "ok", 2)] for i in (ids[0], 99_999, ids[1])}
+    settled = await store.settle_notifications([ids[0], 99_999, ids[1]], ok)
     assert settled == [ids[0], ids[1]]
-    assert await store.settle_notifications([ids[0], ids[1]], [Stat("subscription", "1", "ok", 2)]) == []
+    # Settling again settles nothing and counts nothing.
+    assert await store.settle_notifications([ids[0], ids[1]], ok) == []
     assert await store.stats("subscription", "1") == {"sent": 3, "ok": 4}
     assert [p.id for p in await store.pending(s.id)] == [ids[2]]
     assert await store.get_notifications(ids[:2]) == []
@@ -459,3 +461,85 @@ async def test_move_cursor_and_count_events(store: Store) -> None:
     assert await store.count_events("x") == 2
     assert await store.count_events("x", upto=events[1].seq) == 1
     assert await store.count_events("nope") == 0
+
+
+async def test_dead_letters_move_list_redrive_and_drop(store: Store) -> None:
+    from tidings.store import DeadLetter
+
+    events = await store.append([ev("a", 1), ev("a", 2), ev("a", 3)])
+    s = await store.create_subscription(sub("a"))
+    ids = await store.open_notifications(s.id, events, events[-1].seq)
+    (first,) = await store.get_notifications(ids[:1])
+    assert first.created_at > 0
+
+    def letter(i: int, e: StoredEvent) -> DeadLetter:
+        return DeadLetter(id=i, subscription_id=s.id, subscriber="alice", seq=e.seq, namespace=e.namespace,
+                          event_id=e.id, attempts=5, reason="HTTP 500", dead_at=99)
+
+    stats = [Stat("subscription", str(s.id), "dead", 2)]
+    assert await store.dead_letter([letter(ids[0], events[0]), letter(ids[1], events[1])], stats) == ids[:2]
+    assert await store.dead_letter([letter(ids[0], events[0])]) == []  # no longer pending
+    assert [p.id for p in await store.pending(s.id)] == ids[2:]
+    dead = await store.list_dead_letters()
+    assert [d.id for d in dead] == ids[:2] and dead[0].reason == "HTTP 500" and dead[0].event_id == 1
+    assert [d.id for d in await store.list_dead_letters([s.id], after=ids[0])] == ids[1:2]
+    assert await store.list_dead_letters([s.id + 1]) == []
+    assert (await store.stats("subscription", str(s.id)))["dead"] == 2
+
+    (back,) = await store.redrive_dead_letters([ids[0], 12345], now=7)
+    assert (back.id, back.seq, back.attempts, back.created_at) == (ids[0], events[0].seq, 0, 7)
+    assert [p.id for p in await store.pending(s.id)] == [ids[0], ids[2]]
+    assert await store.drop_dead_letters([ids[1], ids[1]]) == [ids[1]]
+    assert await store.list_dead_letters() == []
+    # A redriven notification keeps its id, and new ones still get fresh ids.
+    (fresh,) = await store.open_notifications(s.id, events[:1], events[-1].seq)
+    assert fresh > max(ids)
+
+
+async def test_pending_counts(store: Store) -> None:
+    events = await store.append([ev("a", 1), ev("a", 2)])
+    s1 = await store.create_subscription(sub("a"))
+    s2 = await store.create_subscription(sub("a"))
+    assert await store.pending_counts() == {}
+    await store.open_notifications(s1.id, events, events[-1].seq)
+    (one,) = await store.open_notifications(s2.id, events[:1], events[-1].seq)
+    assert await store.pending_counts() == {s1.id: 2, s2.id: 1}
+    await store.settle_notifications([one])
+    assert await store.pending_counts() == {s1.id: 2}
+
+
+async def test_secrets_rotate_expire_and_go_with_their_subscription(store: Store) -> None:
+    from tidings.store import SubscriptionSecret
+
+    a = await store.create_subscription(sub("a"))
+    b = await store.create_subscription(sub("b"))
+    assert await store.secrets(a.id, now=0) == []
+    assert not await store.add_secret(a.id + b.id + 1, "nope", None, created_at=1)  # no such subscription
+    assert await store.add_secret(a.id, "s1", None, created_at=10)
+    assert await store.add_secret(b.id, "b1", None, created_at=10)
+    assert await store.secrets(a.id, now=11) == [SubscriptionSecret(secret="s1", created_at=10)]
+
+    # Rotation: the new one first, the old one until it expires.
+    assert await store.add_secret(a.id, "s2", 100, created_at=20)
+    assert await store.secrets(a.id, now=21) == [
+        SubscriptionSecret(secret="s2", created_at=20),
+        SubscriptionSecret(secret="s1", created_at=10, expires_at=100),
+    ]
+    assert [s.secret for s in await store.secrets(a.id, now=99)] == ["s2", "s1"]
+    assert [s.secret for s in await store.secrets(a.id, now=100)] == ["s2"]
+    # A later rotation never extends an earlier expiry, only shortens; the same instant keeps order.
+    assert await store.add_secret(a.id, "s3", 500, created_at=20)
+    assert [(s.secret, s.expires_at) for s in await store.secrets(a.id, now=30)] == [
+        ("s3", None), ("s2", 500), ("s1", 100)
+    ]
+    assert await store.add_secret(a.id, "s4", 40, created_at=30)
+    assert [(s.secret, s.expires_at) for s in await store.secrets(a.id, now=35)] == [
+        ("s4", None), ("s3", 40), ("s2", 40), ("s1", 40)
+    ]
+    assert [s.secret for s in await store.secrets(a.id, now=40)] == ["s4"]
+    assert [s.secret for s in await store.secrets(b.id, now=35)] == ["b1"]  # untouched
+
+    await store.delete_subscription(a.id)
+    assert await store.secrets(a.id, now=35) == []
+    await store.delete_publication("b")
+    assert await store.secrets(b.id, now=35) == []

@@ -16,9 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import msgspec
 
 from . import __version__
 from .errors import TidingsError
@@ -49,6 +52,26 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--data-dir", type=Path)
     lst = psub.add_parser("list", help="list principals")
     lst.add_argument("--data-dir", type=Path)
+
+    dl = sub.add_parser("dead-letters", help="list, redrive or drop dead letters (through the API)")
+    dl.add_argument("--url", default=os.environ.get("TIDINGS_URL", "http://127.0.0.1:8072"),
+                    help="the service (env TIDINGS_URL)")
+    dl.add_argument("--token", default=os.environ.get("TIDINGS_TOKEN"),
+                    help="bearer token (env TIDINGS_TOKEN; default: the admin token in --data-dir)")
+    dl.add_argument("--data-dir", type=Path)
+    # The same options after the action (``dead-letters redrive 7 --url U``); SUPPRESS
+    # keeps those given before it when they are not repeated.
+    after = argparse.ArgumentParser(add_help=False)
+    after.add_argument("--url", default=argparse.SUPPRESS, help="the service (env TIDINGS_URL)")
+    after.add_argument("--token", default=argparse.SUPPRESS, help="bearer token (env TIDINGS_TOKEN)")
+    after.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS)
+    dsub = dl.add_subparsers(dest="action", required=True)
+    dls = dsub.add_parser("list", help="list dead letters", parents=[after])
+    dls.add_argument("--subscription", type=int)
+    dls.add_argument("--take", type=int)
+    for name, help_ in (("redrive", "send dead letters again"), ("drop", "delete dead letters for good")):
+        d = dsub.add_parser(name, help=help_, parents=[after])
+        d.add_argument("ids", type=int, nargs="+")
     return p
 
 
@@ -57,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "dead-letters":
+            return asyncio.run(_dead_letters(args))
         return asyncio.run(_principal(args))
     except TidingsError as e:
         print(f"tidings: {e}", file=sys.stderr)
@@ -103,6 +128,38 @@ async def _principal(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     return 0
+
+
+async def _dead_letters(args: argparse.Namespace) -> int:
+    from .client import Subscriber
+
+    token = args.token
+    if token is None:
+        path = Settings.from_env(data_dir=args.data_dir).data_dir / "admin.token"
+        if not path.exists():
+            print("tidings: give --token (or TIDINGS_TOKEN)", file=sys.stderr)
+            return 2
+        token = path.read_text().strip()
+    client = Subscriber(lambda n: None, url=args.url, token=token)
+    try:
+        if args.action == "list":
+            letters = await client.dead_letters(args.subscription, take=args.take)
+            print(f"{'id':>8} {'sub':>5} {'attempts':>8}  namespace/eventId  reason")
+            for d in letters:
+                print(f"{d.id:>8} {d.subscription:>5} {d.attempts:>8}  {d.namespace}/{d.eventId}  {d.reason}")
+            print(f"{len(letters)} dead letter(s)")
+            return 0
+        call = client.redrive if args.action == "redrive" else client.drop_dead_letters
+        failed = 0
+        for i, r in zip(args.ids, await call(args.ids), strict=True):
+            if r is not None and r.Ok is not msgspec.UNSET:
+                print(f"{i}: ok")
+            else:
+                failed += 1
+                print(f"{i}: {r.Err if r is not None else 'not processed'}")
+        return 1 if failed else 0
+    finally:
+        await client.close()
 
 
 if __name__ == "__main__":

@@ -59,8 +59,18 @@ class Settings:
     ack_deadline_s: float = 30.0
     """In ``oneshot`` mode, how long a pushed notification may stay unconfirmed before it is sent again."""
 
+    max_attempts: int = 20
+    """Tries of a notification to a reliable subscription before it is dead-lettered."""
+
+    max_age_s: float = 86_400.0
+    """Age after which an unconfirmed notification is dead-lettered (counted from its first push)."""
+
     tail_capacity: int = 100_000
     """Recent events kept in memory so live delivery need not read the store."""
+
+    secret_overlap_s: int = 86_400
+    """After ``tidings_rotate_subscription_secret``, how long the old secrets keep signing
+    pushes (unless the call says otherwise)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

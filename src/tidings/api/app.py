@@ -109,6 +109,10 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
     async def docs(request: Request) -> Response:
         return HTMLResponse(_DOCS_PAGE)
 
+    async def metrics(request: Request) -> Response:
+        text = broker.metrics.render(await broker.store.pending_counts())
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
     async def health(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type=_JSON)
 
@@ -133,6 +137,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             Route("/openapi.json", openapi, methods=["GET"]),
             Route("/docs", docs, methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
         ],
         exception_handlers={404: not_found, 500: server_error},
         lifespan=lifespan,

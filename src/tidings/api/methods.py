@@ -16,15 +16,19 @@ from ..broker import Broker
 from ..core.wire import (
     BroadcasterInfo,
     ConfirmResult,
+    DeadLetterInfo,
+    DeadLetterQuery,
     Event,
     InfoQuery,
     ItemResult,
+    PendingAuthorization,
     PrincipalCreate,
     PrincipalCreated,
     PublicationInfo,
     PublicationRegistration,
     PublicationUpdate,
     PublisherInfo,
+    SecretRotation,
     SubscriberInfo,
     SubscriptionInfo,
     SubscriptionQuery,
@@ -70,6 +74,15 @@ async def _create_principal(b: Broker, caller: PrincipalRecord, arg: PrincipalCr
     if token is None:
         raise BadRequest(f"principal {arg.name!r} already exists", code="already_exists")
     return PrincipalCreated(name=arg.name, token=token, admin=arg.admin)
+
+
+async def _pending_authorizations(b: Broker, caller: PrincipalRecord, arg: None) -> list[PendingAuthorization]:
+    # The subscriber sees its own requests; a publication's controllers and admins see theirs.
+    def visible(p: PendingAuthorization) -> bool:
+        pub = b.orchestrator.publications.get(p.namespace)
+        return p.subscriber == caller.name or (pub is not None and b.orchestrator.controls_publication(caller, pub))
+
+    return [p for p in b.authorizer.pending() if visible(p)]
 
 
 async def _whoami(b: Broker, caller: PrincipalRecord, arg: None) -> Whoami:
@@ -181,6 +194,36 @@ METHODS: dict[str, Method] = {
             "icrc72_get_broadcasters", InfoQuery, list[BroadcasterInfo],
             lambda b, c, a: b.orchestrator.get_broadcasters(a),
             "Broadcasters, with statistics.", InfoQuery(),
+        ),
+        Method(
+            "tidings_get_dead_letters", DeadLetterQuery, list[DeadLetterInfo],
+            lambda b, c, a: b.dead_letters.query(c, a),
+            "Dead letters of the subscriptions the caller controls, by id.", DeadLetterQuery(),
+        ),
+        Method(
+            "tidings_redrive_dead_letters", list[int], _ITEMS,
+            _batch(lambda b, c, a: b.dead_letters.redrive(c, a)),
+            "Send dead letters again (under their notification ids), before new events.",
+        ),
+        Method(
+            "tidings_drop_dead_letters", list[int], _ITEMS,
+            _batch(lambda b, c, a: b.dead_letters.drop(c, a)),
+            "Delete dead letters for good.",
+        ),
+        Method(
+            "tidings_get_pending_authorizations", None, list[PendingAuthorization],
+            _pending_authorizations,
+            "Subscription requests waiting for their publisher's approval.", None,
+        ),
+        Method(
+            "tidings_get_subscription_secrets", list[int], _ITEMS,
+            _batch(lambda b, c, a: b.signing.get(c, a)),
+            "The secrets pushes to these subscriptions are signed with, newest first.",
+        ),
+        Method(
+            "tidings_rotate_subscription_secret", list[SecretRotation], _ITEMS,
+            _batch(lambda b, c, a: b.signing.rotate(c, a)),
+            "Give subscriptions a new signing secret; Ok is the secret. The old ones sign for overlap_s more.",
         ),
         Method(
             "tidings_create_principal", PrincipalCreate, PrincipalCreated, _create_principal,

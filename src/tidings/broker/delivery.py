@@ -33,10 +33,13 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from ..core.config import SubscriptionConfig
 from ..core.namespaces import is_pattern
+from ..core.retry import Backoff, Outcome, classify, retry_after_seconds
 from ..core.wire import ConfirmResult, ItemResult, err, ok
 from ..settings import Settings
-from ..store import PendingNotification, PrincipalRecord, Stat, Store, StoredEvent, SubscriptionRecord
+from ..store import DeadLetter, PendingNotification, PrincipalRecord, Stat, Store, StoredEvent, SubscriptionRecord
+from .metrics import Metrics
 from .orchestrator import Orchestrator
 from .tail import Tail
 
@@ -72,21 +75,17 @@ def _with_sent(headers: bytes, ts: int) -> msgspec.Raw:
     return msgspec.Raw(headers[:-1] + b"," + pair + b"]")
 
 
-def _stats(sub: SubscriptionRecord, events: Sequence[StoredEvent], name: str) -> list[Stat]:
+def _stats(
+    sub: SubscriptionRecord, events: Sequence[StoredEvent], name: str, prefix: str = "icrc72"
+) -> list[Stat]:
+    """Counter increments for the subscription, its subscriber and each event's publication."""
     n = len(events)
     out = [
-        Stat("subscription", str(sub.id), f"icrc72:subscription:stats:{name}", n),
-        Stat("subscriber", sub.subscriber, f"icrc72:subscriber:stats:{name}", n),
+        Stat("subscription", str(sub.id), f"{prefix}:subscription:stats:{name}", n),
+        Stat("subscriber", sub.subscriber, f"{prefix}:subscriber:stats:{name}", n),
     ]
-    out.extend(Stat("publication", e.namespace, f"icrc72:publication:stats:{name}") for e in events)
+    out.extend(Stat("publication", e.namespace, f"{prefix}:publication:stats:{name}") for e in events)
     return out
-
-
-class _PushFailed(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None, gone: bool = False) -> None:
-        super().__init__(reason)
-        self.retry_after = retry_after
-        self.gone = gone
 
 
 class Delivery:
@@ -97,9 +96,12 @@ class Delivery:
         settings: Settings,
         registry: Orchestrator,
         *,
-        on_gone: Callable[[int], Awaitable[None]] | None = None,
+        on_gone: Callable[[int, str], Awaitable[None]] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        now_ns: Callable[[], int] = time.time_ns,
+        rand: Callable[[], float] = random.random,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._tail = tail
@@ -110,6 +112,11 @@ class Delivery:
         self._data: dict[int, Any] = {}
         self.sleep = sleep
         self.monotonic = monotonic
+        self.now_ns = now_ns
+        self.random = rand
+        self.metrics = metrics or Metrics()
+        self.signer: Callable[[int, str, bytes], dict[str, str]] | None = None
+        """Signs a push: (subscription id, message id, body) -> headers to add."""
         self._workers: dict[int, _Worker] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._tg: asyncio.TaskGroup | None = None
@@ -204,13 +211,22 @@ class Delivery:
             if ns in namespaces or (is_pattern(ns) and any(map(self.registry.matcher(ns), namespaces))):
                 w.wakeup.set()
 
+    def redrive(self, notes: Sequence[PendingNotification]) -> None:
+        """Dead letters made pending again: their subscriptions' workers send them next."""
+        for n in notes:
+            w = self._workers.get(n.subscription_id)
+            if w is not None:
+                w.redriven.append(n)
+                w.wakeup.set()
+
     def note_issued(self, ids: Sequence[int]) -> None:
         if ids:
             self._last_notification = max(self._last_notification, ids[-1])
 
-    async def ended(self, sub_id: int) -> None:
+    async def ended(self, sub_id: int, reason: str) -> None:
+        self.metrics.subscriptions_ended += 1
         if self._on_gone is not None:
-            await self._on_gone(sub_id)
+            await self._on_gone(sub_id, reason)
 
     async def confirm(
         self, caller: PrincipalRecord, ids: Sequence[int], subscriptions: dict[int, SubscriptionRecord]
@@ -234,15 +250,20 @@ class Delivery:
             mine[i] = p
             results.append(ok())
         if mine:
-            stats: list[Stat] = []
+            stats: dict[int, list[Stat]] = {}
             for p in mine.values():
                 sub = subscriptions[p.subscription_id]
-                stats += [
+                stats[p.id] = [
                     Stat("subscription", str(sub.id), "icrc72:subscription:stats:confirmations"),
                     Stat("subscriber", sub.subscriber, "icrc72:subscriber:stats:confirmations"),
                     Stat("publication", p.namespace, "icrc72:publication:stats:confirmations"),
                 ]
-            await self._store.settle_notifications(list(mine), stats)
+            settled = await self._store.settle_notifications(list(mine), stats)
+            now = self.now_ns()
+            events = {e.seq: e for e in await self._store.read_seqs([mine[i].seq for i in settled])}
+            self.metrics.confirmed(
+                (now - events[mine[i].seq].timestamp) / 1e9 for i in settled if mine[i].seq in events
+            )
             for p in mine.values():
                 w = self._workers.get(p.subscription_id)
                 if w is not None:
@@ -265,8 +286,8 @@ class _Worker:
         self.resume_at = 0
         self.wakeup = asyncio.Event()
         # oneshot mode: notifications pushed and awaiting icrc72_confirm_notifications.
-        self.unconfirmed: dict[int, tuple[StoredEvent, float]] = {}
-        self.failures = 0
+        self.unconfirmed: dict[int, tuple[_Note, float]] = {}
+        self.redriven: list[PendingNotification] = []
 
     def confirmed(self, nid: int) -> None:
         self.unconfirmed.pop(nid, None)
@@ -277,6 +298,7 @@ class _Worker:
         try:
             await self._resend_stored()
             while True:
+                await self._resend_redriven()
                 await self._resend_overdue()
                 conf = registry.sub_configs.get(self.sub.id)
                 if conf is None:  # deleted
@@ -315,9 +337,10 @@ class _Worker:
                     return
                 self.d.note_issued(ids)
                 self.scan = max(self.scan, last)
-                await self._deliver(list(zip(ids, passing, strict=True)))
-        except _Gone:
-            await self.d.ended(self.sub.id)
+                now = self.d.now_ns()
+                await self._deliver([_Note(i, e, 0, now) for i, e in zip(ids, passing, strict=True)])
+        except _Gone as gone:
+            await self.d.ended(self.sub.id, str(gone))
 
     async def _idle(self) -> None:
         timeout = None
@@ -345,107 +368,188 @@ class _Worker:
         return events
 
     async def _resend_stored(self) -> None:
-        pending = await self.d._store.pending(self.sub.id)
+        await self._resend(await self.d._store.pending(self.sub.id))
+
+    async def _resend(self, pending: Sequence[PendingNotification]) -> None:
         size = self.d._settings.delivery_batch_size
         for i in range(0, len(pending), size):
             chunk = pending[i : i + size]
             events = {e.seq: e for e in await self.d._store.read_seqs([p.seq for p in chunk])}
-            await self._deliver([(p.id, events[p.seq]) for p in chunk if p.seq in events])
+            await self._deliver([
+                _Note(p.id, events[p.seq], p.attempts, p.created_at) for p in chunk if p.seq in events
+            ])
+
+    async def _resend_redriven(self) -> None:
+        while self.redriven:
+            batch, self.redriven = self.redriven, []
+            await self._resend(batch)
 
     async def _resend_overdue(self) -> None:
         if not self.unconfirmed:
             return
-        deadline = self.d.monotonic() - self.d._settings.ack_deadline_s
-        overdue = [(nid, e) for nid, (e, t) in self.unconfirmed.items() if t <= deadline]
+        deadline = self.d.monotonic() - self._ack_deadline(oneshot=True)
+        overdue = [n for n, t in self.unconfirmed.values() if t <= deadline]
         if overdue:
             # A confirmation that came while its push was still open found nothing to clear
             # in ``unconfirmed``: ask the store what is still pending before sending again.
-            pending = {p.id for p in await self.d._store.get_notifications([nid for nid, _ in overdue])}
-            for nid, _ in overdue:
-                if nid not in pending:
-                    self.unconfirmed.pop(nid, None)
-            overdue = [(nid, e) for nid, e in overdue if nid in pending]
+            pending = {p.id for p in await self.d._store.get_notifications([n.id for n in overdue])}
+            for n in overdue:
+                if n.id not in pending:
+                    self.unconfirmed.pop(n.id, None)
+            overdue = [n for n in overdue if n.id in pending]
+        if not overdue:
+            return
+        for n in overdue:
+            self.unconfirmed.pop(n.id, None)
+        overdue = await self._give_up(overdue, "not confirmed within the ack deadline")
         size = self.d._settings.delivery_batch_size
         for i in range(0, len(overdue), size):
-            chunk = overdue[i : i + size]
-            await self.d._store.count_attempt([nid for nid, _ in chunk])
-            await self._deliver(chunk)
+            await self._deliver(overdue[i : i + size])
 
-    async def _deliver(self, batch: list[tuple[int, StoredEvent]]) -> None:
-        """Push until the endpoint takes it; confirm what the answer confirms."""
-        while batch:
-            try:
-                answer = await self._post(batch)
-            except _PushFailed as f:
-                if f.gone:
-                    raise _Gone from None
-                self.failures += 1
-                await self.d.sleep(self._backoff(f.retry_after))
-                continue
-            self.failures = 0
-            if self.sub.mode == "oneshot":
-                now = self.d.monotonic()
-                for nid, e in batch:
-                    self.unconfirmed[nid] = (e, now)
-                return
-            failed = _failed_items(answer, len(batch))
-            done = [b for i, b in enumerate(batch) if i not in failed]
-            if done:
-                await self.d._store.settle_notifications(
-                    [nid for nid, _ in done], _stats(self.sub, [e for _, e in done], "confirmations")
-                )
-            batch = [b for i, b in enumerate(batch) if i in failed]
-            if batch:
-                self.failures += 1
-                await self.d.sleep(self._backoff(None))
+    def _conf(self) -> SubscriptionConfig:
+        return self.d.registry.sub_configs.get(self.sub.id) or SubscriptionConfig()
 
-    def _backoff(self, retry_after: float | None) -> float:
+    def _ack_deadline(self, *, oneshot: bool) -> float:
         s = self.d._settings
-        if retry_after is not None:
-            return min(retry_after, s.retry_max_s)
-        base = min(s.retry_max_s, s.retry_initial_s * 2 ** max(0, self.failures - 1))
-        return base * random.uniform(0.5, 1.0)
+        own = self._conf().ack_deadline_s
+        return own if own is not None else (s.ack_deadline_s if oneshot else s.push_timeout_s)
 
-    async def _post(self, batch: list[tuple[int, StoredEvent]]) -> object:
+    def _backoff(self) -> Backoff:
+        s, c = self.d._settings, self._conf()
+        return Backoff(
+            c.retry_initial_s if c.retry_initial_s is not None else s.retry_initial_s,
+            c.retry_max_s if c.retry_max_s is not None else s.retry_max_s,
+        )
+
+    async def _give_up(self, notes: list[_Note], reason: str) -> list[_Note]:
+        """Dead-letter the notes past their attempt or age limit; return the others."""
+        s, c = self.d._settings, self._conf()
+        max_attempts = c.max_attempts or s.max_attempts
+        max_age_ns = (c.max_age_s if c.max_age_s is not None else s.max_age_s) * 1e9
+        now = self.d.now_ns()
+        expired = [n for n in notes if n.attempts >= max_attempts or now - n.created_at >= max_age_ns]
+        if expired:
+            worst = max(n.attempts for n in expired)
+            await self._dead_letter(expired, f"gave up after {worst} attempt(s): {reason}")
+        return [n for n in notes if n not in expired]
+
+    async def _dead_letter(self, notes: list[_Note], reason: str) -> None:
+        now = self.d.now_ns()
+        sub = self.sub
+        letters = [
+            DeadLetter(id=n.id, subscription_id=sub.id, subscriber=sub.subscriber, seq=n.event.seq,
+                       namespace=n.event.namespace, event_id=n.event.id, attempts=n.attempts, reason=reason,
+                       dead_at=now)
+            for n in notes
+        ]
+        stats = _stats(sub, [n.event for n in notes], "deadLetters", prefix="tidings")
+        moved = await self.d._store.dead_letter(letters, stats)
+        self.d.metrics.notifications_dead_lettered += len(moved)
+        log.warning("subscription %s: %d notification(s) dead-lettered: %s", sub.id, len(moved), reason)
+
+    async def _deliver(self, batch: list[_Note]) -> None:
+        """Push until the endpoint takes the batch, or the notifications are given up on.
+
+        Reliable subscriptions retry error answers and failures with back-off, within the
+        attempt and age limits, then dead-letter. A subscription that is not reliable
+        ends (or, configured so, dead-letters) on an error answer; a push that got no
+        answer at all is retried either way.
+        """
+        failures = 0
+        metrics = self.d.metrics
+        while batch:
+            for n in batch:
+                n.attempts += 1
+            outcome, answer, reason, retry_after = await self._post(batch)
+            metrics.notifications_sent += len(batch)
+            if failures:
+                metrics.notifications_retried += len(batch)
+            if outcome is Outcome.GONE:
+                raise _Gone(reason)
+            conf = self._conf()
+            if outcome is Outcome.ACK:
+                if self.sub.mode == "oneshot":
+                    now = self.d.monotonic()
+                    for n in batch:
+                        self.unconfirmed[n.id] = (n, now)
+                    return
+                failed = _failed_items(answer, len(batch))
+                done = [n for i, n in enumerate(batch) if i not in failed]
+                if done:
+                    settled = set(await self.d._store.settle_notifications(
+                        [n.id for n in done], {n.id: _stats(self.sub, [n.event], "confirmations") for n in done}
+                    ))
+                    now = self.d.now_ns()
+                    metrics.confirmed((now - n.event.timestamp) / 1e9 for n in done if n.id in settled)
+                batch = [n for i, n in enumerate(batch) if i in failed]
+                if not batch:
+                    return
+                outcome, reason = Outcome.ERROR_ANSWER, "the endpoint answered Err"
+            if outcome is Outcome.ERROR_ANSWER and not conf.reliable:
+                if conf.on_error == "deadletter":
+                    await self._dead_letter(batch, reason)
+                    return
+                raise _Gone(f"{reason}; not reliable: unsubscribed (XEP-0021 3.5)")
+            await self.d._store.count_attempt(
+                [n.id for n in batch], _stats(self.sub, [n.event for n in batch], "retries", prefix="tidings")
+            )
+            batch = await self._give_up(batch, reason)
+            if batch:
+                failures += 1
+                await self.d.sleep(self._backoff().delay(failures, self.d.random(), retry_after))
+
+    async def _post(self, batch: list[_Note]) -> tuple[Outcome, object, str, float | None]:
+        """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
         sub = self.sub
         if sub.endpoint is None:
-            raise _PushFailed("no endpoint")
-        sent = time.time_ns()
-        conf = self.d.registry.sub_configs.get(sub.id)
-        filter_text = conf.filter if conf is not None else None
+            return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
+        sent = self.d.now_ns()
+        filter_text = self._conf().filter
         body = _encode([
             _Push(
-                id=nid, eventId=e.id, prev_id=e.prev_id, timestamp=e.timestamp, namespace=e.namespace,
-                data=msgspec.Raw(e.data), source=e.source, filter=filter_text,
-                headers=_with_sent(e.headers, sent),
+                id=n.id, eventId=n.event.id, prev_id=n.event.prev_id, timestamp=n.event.timestamp,
+                namespace=n.event.namespace, data=msgspec.Raw(n.event.data), source=n.event.source,
+                filter=filter_text, headers=_with_sent(n.event.headers, sent),
             )
-            for nid, e in batch
+            for n in batch
         ])
         headers = {
             "content-type": "application/json",
             "x-tidings-subscription": str(sub.id),
             "x-tidings-mode": sub.mode,
         }
+        if self.d.signer is not None:
+            # A retry of the same batch keeps its message id, so receivers can dedupe.
+            headers.update(self.d.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))
+        timeout = aiohttp.ClientTimeout(total=self._ack_deadline(oneshot=False))
         try:
             async with self.d.session.post(
-                sub.endpoint, data=body, headers=headers, allow_redirects=False
+                sub.endpoint, data=body, headers=headers, allow_redirects=False, timeout=timeout
             ) as resp:
                 raw = await resp.read()
-                if resp.status == 410:
-                    raise _PushFailed("410 Gone", gone=True)
-                if not 200 <= resp.status < 300:
-                    retry_after = None
-                    if resp.status in (429, 503):
-                        with contextlib.suppress(TypeError, ValueError):
-                            retry_after = float(resp.headers.get("Retry-After", ""))
-                    raise _PushFailed(f"HTTP {resp.status}", retry_after=retry_after)
+                status = resp.status
+                retry_header = resp.headers.get("Retry-After")
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             log.debug("push to subscription %s failed: %r", sub.id, e)
-            raise _PushFailed(repr(e)) from None
-        try:
-            return _decode_answer(raw) if raw else None
-        except msgspec.DecodeError:
-            return None
+            return Outcome.NO_ANSWER, None, f"no answer: {e!r}", None
+        outcome = classify(status)
+        answer: object = None
+        if outcome is Outcome.ACK and raw:
+            with contextlib.suppress(msgspec.DecodeError):
+                answer = _decode_answer(raw)
+        return outcome, answer, f"HTTP {status}", retry_after_seconds(status, retry_header)
+
+
+class _Note:
+    """A notification on its way: its event, tries so far, and when it was recorded."""
+
+    __slots__ = ("attempts", "created_at", "event", "id")
+
+    def __init__(self, nid: int, event: StoredEvent, attempts: int = 0, created_at: int = 0) -> None:
+        self.id = nid
+        self.event = event
+        self.attempts = attempts
+        self.created_at = created_at
 
 
 class _Gone(Exception):

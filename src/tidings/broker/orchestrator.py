@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..core import config as cfg
-from ..core import values
+from ..core import values, webhooks
 from ..core.namespaces import is_pattern, matcher, namespace_error, pattern_error
 from ..core.wire import (
     BroadcasterInfo,
@@ -41,6 +41,14 @@ from ..errors import NotFound
 from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
 
 __all__ = ["Orchestrator", "RegistryListener"]
+
+
+class Authorizer(Protocol):
+    """Asks a publisher to approve a subscription (see ``authorization.py``)."""
+
+    async def authorize(
+        self, conf: cfg.PublicationConfig, namespace: str, subscriber: str, auth_info: Any, endpoint: str | None
+    ) -> ItemResult | None: ...
 
 DEFAULT_TAKE = 100
 MAX_TAKE = 1000
@@ -97,6 +105,9 @@ class Orchestrator:
         self._store = store
         self._broadcaster_id = broadcaster_id
         self.listener: RegistryListener | None = None
+        self.authorizer: Authorizer | None = None
+        self.on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None
+        """Awaited with a new subscription and its registration's ``secret`` before its delivery starts."""
         self.publications: dict[str, PublicationRecord] = {}
         self.pub_configs: dict[str, cfg.PublicationConfig] = {}
         # Per namespace, ascending: (seq, the config that was in force for events up to seq),
@@ -155,14 +166,19 @@ class Orchestrator:
         return conf is not None and conf.subscriber_allowed(principal)
 
     def namespaces_for(self, sub: SubscriptionRecord) -> list[str]:
-        """The registered namespaces a subscription's namespace or pattern covers."""
+        """The registered namespaces a subscription's namespace or pattern covers.
+
+        A pattern does not cover a publication that approves each subscription: that
+        approval is asked for one namespace at a time, at registration."""
         if not is_pattern(sub.namespace):
             return [sub.namespace]
         cached = self._pattern_cache.get(sub.namespace)
         if cached is not None and cached[0] == self._version:
             return cached[1]
         match = self.matcher(sub.namespace)
-        found = sorted(ns for ns in self.publications if match(ns))
+        found = sorted(
+            ns for ns in self.publications if match(ns) and self.pub_configs[ns].authorization_url is None
+        )
         self._pattern_cache[sub.namespace] = (self._version, found)
         return found
 
@@ -172,13 +188,13 @@ class Orchestrator:
             m = self._matchers[pattern] = matcher(pattern)
         return m
 
-    def _controls_publication(self, caller: PrincipalRecord, pub: PublicationRecord) -> bool:
+    def controls_publication(self, caller: PrincipalRecord, pub: PublicationRecord) -> bool:
         if caller.admin:
             return True
         controllers = self.pub_configs[pub.namespace].controllers
         return caller.name in controllers if controllers is not None else caller.name == pub.owner
 
-    def _controls_subscription(self, caller: PrincipalRecord, sub: SubscriptionRecord) -> bool:
+    def controls_subscription(self, caller: PrincipalRecord, sub: SubscriptionRecord) -> bool:
         if caller.admin:
             return True
         controllers = self.sub_configs[sub.id].controllers
@@ -237,7 +253,7 @@ class Orchestrator:
             if pub is None:  # deleted earlier in this batch
                 out.append(err("NotFound", f"no publication {u.namespace!r}"))
                 continue
-            if not self._controls_publication(caller, pub):
+            if not self.controls_publication(caller, pub):
                 out.append(err("Unauthorized", f"{caller.name} is not a controller of {u.namespace!r}"))
                 continue
             problem = _check_values(u.config)
@@ -265,7 +281,7 @@ class Orchestrator:
             if pub is None:
                 out.append(err("NotFound", f"no publication {ns!r}"))
                 continue
-            if not self._controls_publication(caller, pub):
+            if not self.controls_publication(caller, pub):
                 out.append(err("Unauthorized", f"{caller.name} is not a controller of {ns!r}"))
                 continue
             for sub_id in await self._store.delete_publication(ns):
@@ -305,6 +321,7 @@ class Orchestrator:
         for reg in regs:
             problem = (
                 pattern_error(reg.namespace) or _endpoint_error(reg.endpoint) or _check_values(reg.config)
+                or (webhooks.secret_error(reg.secret) if reg.secret is not None else None)
             )
             if problem:
                 out.append(err("ImproperConfig", problem))
@@ -324,16 +341,27 @@ class Orchestrator:
                 shortcuts.append((cfg.SKIP, {"Array": [{"Nat": n} for n in skip]}))
             if reg.stopped:
                 shortcuts.append((cfg.STOPPED, {"Bool": True}))
+            if not reg.reliable:
+                shortcuts.append((cfg.RELIABLE, {"Bool": False}))
             config = cfg.merge(config, shortcuts)
             try:
                 conf = _read_sub_config(config, strict=True)
             except cfg.ImproperConfig as e:
                 out.append(err("ImproperConfig", str(e)))
                 continue
+            if not is_pattern(reg.namespace) and self.authorizer is not None:
+                denied = await self.authorizer.authorize(
+                    self.pub_configs[reg.namespace], reg.namespace, caller.name, reg.authInfo, reg.endpoint
+                )
+                if denied is not None:
+                    out.append(denied)
+                    continue
             rec = await self._store.create_subscription(SubscriptionRecord(
                 id=0, subscriber=caller.name, namespace=reg.namespace, endpoint=reg.endpoint,
                 mode=reg.mode, config=config, created_at=time.time_ns(),
             ))
+            if self.on_subscription_created is not None:
+                await self.on_subscription_created(rec, reg.secret)
             self.subscriptions[rec.id] = rec
             self.sub_configs[rec.id] = conf
             if self.listener is not None:
@@ -350,7 +378,7 @@ class Orchestrator:
             if sub is None:
                 out.append(err("NotFound", f"no subscription {u.id}"))
                 continue
-            if not self._controls_subscription(caller, sub):
+            if not self.controls_subscription(caller, sub):
                 out.append(err("Unauthorized", f"{caller.name} is not a controller of subscription {u.id}"))
                 continue
             problem = _check_values(u.config) or (
@@ -391,7 +419,7 @@ class Orchestrator:
             if sub is None:
                 out.append(err("NotFound", f"no subscription {i}"))
                 continue
-            if not self._controls_subscription(caller, sub):
+            if not self.controls_subscription(caller, sub):
                 out.append(err("Unauthorized", f"{caller.name} is not a controller of subscription {i}"))
                 continue
             await self.end_subscription(i)

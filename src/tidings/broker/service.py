@@ -17,11 +17,15 @@ from pathlib import Path
 
 from ..core.wire import ConfirmResult
 from ..settings import Settings
-from ..store import PrincipalRecord, Store, StoredEvent
+from ..store import PrincipalRecord, Stat, Store, StoredEvent
 from .auth import Authenticator
+from .authorization import Authorizer
 from .broadcaster import Broadcaster
+from .dead_letters import DeadLetters
 from .delivery import Delivery
+from .metrics import Metrics
 from .orchestrator import Orchestrator
+from .signing import Signing
 from .tail import Tail
 
 __all__ = ["Broker"]
@@ -36,7 +40,11 @@ class Broker:
         self.auth = Authenticator(store)
         self.orchestrator = Orchestrator(store, broadcaster_id=settings.broadcaster_id)
         self.tail = Tail(0, settings.tail_capacity)
-        self.delivery = Delivery(store, self.tail, settings, self.orchestrator, on_gone=self._subscription_gone)
+        self.metrics = Metrics()
+        self.delivery = Delivery(
+            store, self.tail, settings, self.orchestrator, on_gone=self._subscription_gone, metrics=self.metrics
+        )
+        self.dead_letters = DeadLetters(store, self.orchestrator, self.delivery)
         self.orchestrator.listener = self.delivery
         self.broadcaster = Broadcaster(
             store,
@@ -46,6 +54,11 @@ class Broker:
             max_pending_events=settings.max_pending_events,
             on_appended=self._appended,
         )
+        self.authorizer = Authorizer(self.delivery)
+        self.orchestrator.authorizer = self.authorizer
+        self.signing = Signing(store, self.orchestrator, settings)
+        self.orchestrator.on_subscription_created = self.signing.subscription_created
+        self.delivery.signer = self.signing.sign
         self._runner: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Broker:
@@ -59,6 +72,7 @@ class Broker:
         await self.store.open()
         try:
             await self.orchestrator.load()
+            await self.signing.load()
             head = await self.store.head()
             self.tail.floor = self.tail.head = head
             self._runner = asyncio.create_task(
@@ -100,10 +114,20 @@ class Broker:
         return await self.delivery.confirm(caller, ids, self.orchestrator.subscriptions)
 
     def _appended(self, events: list[StoredEvent]) -> None:
+        self.metrics.events_published += len(events)
         self.tail.extend(events)
         self.delivery.wake(events)
 
-    async def _subscription_gone(self, sub_id: int) -> None:
-        """The endpoint answered 410 Gone: the subscription ends."""
-        log.info("subscription %s ended: its endpoint answered 410 Gone", sub_id)
+    async def _subscription_gone(self, sub_id: int, reason: str) -> None:
+        """Delivery ended the subscription (410 Gone, or an error answer when not reliable).
+
+        Its unconfirmed notifications end with it; the statistics count them."""
+        log.warning("subscription %s ended: %s", sub_id, reason)
+        sub = self.orchestrator.subscriptions.get(sub_id)
+        if sub is not None:
+            n = len(await self.store.pending(sub_id))
+            await self.store.add_stats([
+                Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:subscriptionsEnded"),
+                Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:notifications:ended", n),
+            ])
         await self.orchestrator.end_subscription(sub_id)

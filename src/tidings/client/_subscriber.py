@@ -4,16 +4,22 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from secrets import token_bytes
 from typing import Any, Literal
 
 import msgspec
 
+from ..core import webhooks
 from ..core.wire import (
     ConfirmResult,
+    DeadLetterInfo,
+    DeadLetterQuery,
     EventNotification,
     ItemResult,
+    SecretRotation,
     SubscriptionRegistration,
     SubscriptionUpdate,
 )
@@ -49,6 +55,17 @@ class Subscriber:
     ``(namespace, eventId)`` this process has already handled is confirmed without
     calling the handler again.
 
+    Pushes are signed (Standard Webhooks, docs/wire-format.md "Signed pushes"). With
+    ``secret`` (one secret, or several while a rotation overlaps) every POST must carry a
+    valid signature made at most ``tolerance_s`` seconds ago, else it is answered 401
+    ``invalid_signature`` and the handler is not called; ``subscribe`` then registers
+    subscriptions with the first of them. Without ``secret``, ``subscribe`` registers each
+    subscription with a fresh secret and verifies its pushes with it; ``secrets(id)`` and
+    ``rotate_secret(id)`` add the secrets they return. Once such a Subscriber knows a
+    secret, a push of a subscription it knows none for is refused too (after a restart,
+    call ``secrets(id)`` for subscriptions registered earlier). A Subscriber without
+    ``secret`` that never learns one verifies nothing.
+
     ::
 
         async def handle(n: EventNotification) -> None:
@@ -67,8 +84,24 @@ class Subscriber:
         token: str | None = None,
         mode: Literal["trusted", "oneshot"] = "trusted",
         dedupe: bool | int = True,
+        secret: str | Sequence[str] | None = None,
+        tolerance_s: int = 300,
     ) -> None:
         self._handler = handler
+        self._secrets: list[str] | None = None
+        """Explicit secrets: they verify every push, and new subscriptions get the first."""
+        if secret is not None:
+            self._secrets = [secret] if isinstance(secret, str) else list(secret)
+            if not self._secrets or any(not s for s in self._secrets):
+                raise ValueError("secret: give at least one non-empty secret")
+            for s in self._secrets:
+                problem = webhooks.secret_error(s) if s.startswith(webhooks.PREFIX) else None
+                if problem:
+                    raise ValueError(f"secret: {problem}")
+        self._sub_secrets: dict[int, list[str]] = {}
+        """Without explicit secrets: the secrets learnt per subscription."""
+        self._verifying = self._secrets is not None
+        self.tolerance_s = tolerance_s
         # A coroutine function, or an object whose __call__ is one.
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             type(handler).__call__
@@ -98,13 +131,44 @@ class Subscriber:
         stopped: bool = False,
         config: Mapping[str, Any] | None = None,
     ) -> int:
-        """Register a subscription pushing to ``endpoint``; returns its id."""
+        """Register a subscription pushing to ``endpoint``; returns its id.
+
+        Its pushes are signed with this Subscriber's first ``secret``, or with a fresh
+        secret this Subscriber then verifies them with."""
+        secret = self._secrets[0] if self._secrets is not None else webhooks.encode_secret(token_bytes(32))
         reg = SubscriptionRegistration(
             namespace=namespace, endpoint=endpoint, config=wire_pairs(config), filter=filter,
-            skip=skip, stopped=stopped, mode=self.mode,
+            skip=skip, stopped=stopped, mode=self.mode, secret=secret,
         )
         sub_id: int = await self._one("icrc72_register_subscription", reg)
+        if self._secrets is None:
+            self._learn(sub_id, [secret])
         return sub_id
+
+    async def secrets(self, subscription_id: int) -> list[str]:
+        """The secrets pushes to a subscription are signed with, newest first. Without an
+        explicit ``secret``, this Subscriber verifies that subscription's pushes with them."""
+        found: list[str] = await self._one("tidings_get_subscription_secrets", subscription_id)
+        if self._secrets is None:
+            self._learn(subscription_id, found)
+        return found
+
+    async def rotate_secret(self, subscription_id: int, overlap_s: int | None = None) -> str:
+        """Give a subscription a new signing secret and return it; the old ones keep
+        signing for ``overlap_s`` seconds (default: the service's ``secret_overlap_s``).
+        This Subscriber accepts the new one from now on."""
+        new: str = await self._one(
+            "tidings_rotate_subscription_secret", SecretRotation(id=subscription_id, overlap_s=overlap_s)
+        )
+        if self._secrets is not None:
+            self._secrets.insert(0, new)
+        else:
+            self._learn(subscription_id, [new, *self._sub_secrets.get(subscription_id, ())])
+        return new
+
+    def _learn(self, subscription_id: int, found: list[str]) -> None:
+        self._sub_secrets[subscription_id] = list(found)
+        self._verifying = True
 
     async def update(
         self,
@@ -129,6 +193,20 @@ class Subscriber:
 
     async def unsubscribe(self, subscription_id: int) -> None:
         await self._one("icrc72_delete_subscription", subscription_id)
+
+    async def dead_letters(
+        self, subscription_id: int | None = None, *, prev: int | None = None, take: int | None = None
+    ) -> list[DeadLetterInfo]:
+        """Notifications given up on, of one subscription or of all the caller's."""
+        q = DeadLetterQuery(subscription=subscription_id, prev=prev, take=take)
+        return await self._connection().call("tidings_get_dead_letters", q, list[DeadLetterInfo])
+
+    async def redrive(self, ids: list[int]) -> list[ItemResult | None]:
+        """Send dead letters again; itemized results."""
+        return await self._connection().call("tidings_redrive_dead_letters", ids, list[ItemResult | None])
+
+    async def drop_dead_letters(self, ids: list[int]) -> list[ItemResult | None]:
+        return await self._connection().call("tidings_drop_dead_letters", ids, list[ItemResult | None])
 
     async def _one(self, method: str, item: Any) -> Any:
         (r,) = await self._connection().call(method, [item], list[ItemResult | None])
@@ -194,6 +272,12 @@ class Subscriber:
             body += msg.get("body", b"")
             if not msg.get("more_body"):
                 break
+        if self._verifying:
+            problem = self._signature_problem(scope, bytes(body))
+            if problem is not None:
+                log.warning("refused a push: %s", problem)
+                await _respond(send, 401, _encode({"error": {"code": "invalid_signature", "message": problem}}))
+                return
         try:
             batch = _decode_batch(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -206,6 +290,20 @@ class Subscriber:
             await _respond(send, 200, b"null")
             return
         await _respond(send, 200, _encode(await self.handle(batch)))
+
+    def _signature_problem(self, scope: Scope, body: bytes) -> str | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        candidates = self._secrets
+        if candidates is None:
+            sid = headers.get("x-tidings-subscription", "")
+            candidates = self._sub_secrets.get(int(sid)) if sid.isascii() and sid.isdigit() and len(sid) < 20 else None
+            if not candidates:
+                return f"no secret is known for subscription {sid[:20]!r}"
+        try:
+            webhooks.verify(candidates, headers, body, int(time.time()), self.tolerance_s)
+        except webhooks.WebhookVerificationError as e:
+            return e.reason
+        return None
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

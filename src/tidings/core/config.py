@@ -44,6 +44,17 @@ SUBSCRIBERS_ALLOWED = "icrc72:publication:subscribers:allowed:list"
 SUBSCRIBERS_DISALLOWED = "icrc72:publication:subscribers:disallowed:list"
 PUBLICATION_CONTROLLERS = "icrc72:publication:controllers"
 
+# tidings' own keys: delivery policy (docs/delivery.md) and publisher authorisation.
+RELIABLE = "tidings:subscription:reliable"
+ON_ERROR = "tidings:subscription:onError"
+RETRY_INITIAL_MS = "tidings:subscription:retry:initialMs"
+RETRY_MAX_MS = "tidings:subscription:retry:maxMs"
+ACK_DEADLINE_MS = "tidings:subscription:ackDeadlineMs"
+MAX_ATTEMPTS = "tidings:subscription:maxAttempts"
+MAX_AGE_MS = "tidings:subscription:maxAgeMs"
+AUTHORIZATION_URL = "tidings:publication:authorization:url"
+AUTHORIZATION_TIMEOUT_MS = "tidings:publication:authorization:timeoutMs"
+
 
 class ImproperConfig(ValueError):
     def __init__(self, key: str, reason: str) -> None:
@@ -92,6 +103,17 @@ class SubscriptionConfig:
     """``(mod, offset)``: an event is delivered when ``eventId % mod == offset % mod``."""
     stopped: bool = False
     controllers: frozenset[str] | None = None
+    reliable: bool = True
+    """Reliable (XEP-0021 §3.1.2): resent until confirmed, within the attempt and age limits,
+    then dead-lettered. Not reliable: an error answer ends the subscription (or, with
+    ``on_error = "deadletter"``, dead-letters the notification at once)."""
+    on_error: str = "unsubscribe"
+    retry_initial_s: float | None = None
+    retry_max_s: float | None = None
+    ack_deadline_s: float | None = None
+    max_attempts: int | None = None
+    max_age_s: float | None = None
+    """``None``: the service's setting applies."""
 
     @classmethod
     def read(cls, pairs: Iterable[Sequence[Any]]) -> SubscriptionConfig:
@@ -109,17 +131,28 @@ class SubscriptionConfig:
         skip = None
         if SKIP in c:
             skip = _skip(c[SKIP])
-        stopped = False
-        if STOPPED in c:
-            v = c[STOPPED]
-            if v in ({"Bool": True}, {"Text": "true"}):
-                stopped = True
-            elif v not in ({"Bool": False}, {"Text": "false"}):
-                raise ImproperConfig(STOPPED, 'expected Bool (or Text "true"/"false")')
+        stopped = _bool(c, STOPPED, False)
         controllers = _principals(SUBSCRIPTION_CONTROLLERS, c[SUBSCRIPTION_CONTROLLERS]) if (
             SUBSCRIPTION_CONTROLLERS in c
         ) else None
-        return cls(text, predicate, skip, stopped, controllers)
+        reliable = _bool(c, RELIABLE, True)
+        on_error = "unsubscribe"
+        if ON_ERROR in c:
+            v = c[ON_ERROR]
+            if not isinstance(v, dict) or v.get("Text") not in ("unsubscribe", "deadletter"):
+                raise ImproperConfig(ON_ERROR, 'expected Text "unsubscribe" or "deadletter"')
+            on_error = v["Text"]
+        ms = {k: _positive_nat(c, k) for k in (RETRY_INITIAL_MS, RETRY_MAX_MS, ACK_DEADLINE_MS, MAX_AGE_MS)}
+        attempts = _positive_nat(c, MAX_ATTEMPTS)
+
+        def secs(key: str) -> float | None:
+            v = ms[key]
+            return None if v is None else v / 1000
+
+        return cls(
+            text, predicate, skip, stopped, controllers, reliable, on_error,
+            secs(RETRY_INITIAL_MS), secs(RETRY_MAX_MS), secs(ACK_DEADLINE_MS), attempts, secs(MAX_AGE_MS),
+        )
 
     def passes(self, event_id: int, data: Any) -> bool:
         """Whether an event is delivered: the filter first, then skip."""
@@ -129,6 +162,26 @@ class SubscriptionConfig:
             mod, offset = self.skip
             return event_id % mod == offset % mod
         return True
+
+
+def _bool(c: dict[str, Any], key: str, default: bool) -> bool:
+    if key not in c:
+        return default
+    v = c[key]
+    if v in ({"Bool": True}, {"Text": "true"}):
+        return True
+    if v in ({"Bool": False}, {"Text": "false"}):
+        return False
+    raise ImproperConfig(key, 'expected Bool (or Text "true"/"false")')
+
+
+def _positive_nat(c: dict[str, Any], key: str) -> int | None:
+    if key not in c:
+        return None
+    n = _nat(c[key])
+    if n is None or n < 1:
+        raise ImproperConfig(key, "expected a Nat of at least 1")
+    return n
 
 
 def _skip(v: Any) -> tuple[int, int]:
@@ -156,6 +209,9 @@ class PublicationConfig:
     subscribers_allowed: frozenset[str] | None = None
     subscribers_disallowed: frozenset[str] = frozenset()
     controllers: frozenset[str] | None = None
+    authorization_url: str | None = None
+    """When set, the publisher approves each subscription (XEP-0021 §4.3): see docs/delivery.md."""
+    authorization_timeout_s: float = 5.0
 
     @classmethod
     def read(cls, pairs: Iterable[Sequence[Any]]) -> PublicationConfig:
@@ -164,12 +220,21 @@ class PublicationConfig:
         def lst(key: str) -> frozenset[str] | None:
             return _principals(key, c[key]) if key in c else None
 
+        url = None
+        if AUTHORIZATION_URL in c:
+            v = c[AUTHORIZATION_URL]
+            url = v.get("Text") if isinstance(v, dict) else None
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "//" == url[-2:]:
+                raise ImproperConfig(AUTHORIZATION_URL, "expected Text: an absolute http(s) URL")
+        timeout_ms = _positive_nat(c, AUTHORIZATION_TIMEOUT_MS)
         return cls(
             lst(PUBLISHERS_ALLOWED),
             lst(PUBLISHERS_DISALLOWED) or frozenset(),
             lst(SUBSCRIBERS_ALLOWED),
             lst(SUBSCRIBERS_DISALLOWED) or frozenset(),
             lst(PUBLICATION_CONTROLLERS),
+            url,
+            5.0 if timeout_ms is None else timeout_ms / 1000,
         )
 
     def publisher_allowed(self, principal: str) -> bool:

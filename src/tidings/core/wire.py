@@ -20,6 +20,8 @@ from msgspec import UNSET, Struct, UnsetType
 __all__ = [
     "BroadcasterInfo",
     "ConfirmResult",
+    "DeadLetterInfo",
+    "DeadLetterQuery",
     "Err",
     "Event",
     "EventNotification",
@@ -28,12 +30,14 @@ __all__ = [
     "InfoQuery",
     "ItemResult",
     "NotificationResult",
+    "PendingAuthorization",
     "PrincipalCreate",
     "PrincipalCreated",
     "PublicationInfo",
     "PublicationRegistration",
     "PublicationUpdate",
     "PublisherInfo",
+    "SecretRotation",
     "SubscriberInfo",
     "SubscriptionInfo",
     "SubscriptionQuery",
@@ -153,6 +157,20 @@ class SubscriptionRegistration(Struct, kw_only=True):
     skip: int | list[int] | None = None
     stopped: bool = False
     mode: Literal["trusted", "oneshot"] = "trusted"
+    reliable: bool = True
+    """XEP-0021 §3.1.2; stored as ``tidings:subscription:reliable``."""
+    authInfo: Any = None
+    """XEP-0021 §3.1.1: passed untouched to the publisher's authorisation endpoint."""
+    secret: str | None = None
+    """The secret pushes are signed with (``whsec_<base64>``); the broker makes one if None."""
+
+
+class SecretRotation(Struct, kw_only=True):
+    """A new signing secret for subscription ``id``; the old ones keep signing for
+    ``overlap_s`` seconds (None: the service's ``secret_overlap_s``)."""
+
+    id: int
+    overlap_s: int | None = None
 
 
 class PublicationUpdate(Struct, kw_only=True):
@@ -228,6 +246,35 @@ class PrincipalCreated(Struct, kw_only=True):
     name: str
     token: str
     admin: bool
+
+
+class DeadLetterQuery(Struct, kw_only=True, omit_defaults=True):
+    """Dead letters after ``prev`` (an id), of one subscription or of all the caller's."""
+
+    subscription: int | None = None
+    prev: int | None = None
+    take: int | None = None
+
+
+class DeadLetterInfo(Struct, kw_only=True):
+    id: int
+    """The notification id; a redrive sends the notification again under it."""
+    subscription: int
+    subscriber: str
+    namespace: str
+    eventId: int
+    attempts: int
+    reason: str
+    timestamp: int
+    """When it was dead-lettered, UTC nanoseconds."""
+
+
+class PendingAuthorization(Struct, kw_only=True):
+    """A subscription request waiting for its publisher's approval (XEP-0021 §4.3)."""
+
+    namespace: str
+    subscriber: str
+    since: int
 
 
 class Whoami(Struct):

@@ -1,6 +1,7 @@
 """Storage backends behind one interface: ``Store``, with SQLite and in-memory versions."""
 
 from ._base import (
+    DeadLetter,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
@@ -9,11 +10,13 @@ from ._base import (
     Store,
     StoredEvent,
     SubscriptionRecord,
+    SubscriptionSecret,
 )
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 __all__ = [
+    "DeadLetter",
     "MemoryStore",
     "NewEvent",
     "PendingNotification",
@@ -24,4 +27,5 @@ __all__ = [
     "Store",
     "StoredEvent",
     "SubscriptionRecord",
+    "SubscriptionSecret",
 ]

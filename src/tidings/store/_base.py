@@ -18,13 +18,14 @@ Contract (checked for every backend by ``tests/test_store_contract.py``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 __all__ = [
+    "DeadLetter",
     "NewEvent",
     "PendingNotification",
     "PrincipalRecord",
@@ -33,6 +34,7 @@ __all__ = [
     "Store",
     "StoredEvent",
     "SubscriptionRecord",
+    "SubscriptionSecret",
 ]
 
 
@@ -66,6 +68,17 @@ class SubscriptionRecord:
     created_at: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscriptionSecret:
+    """A secret pushes to a subscription are signed with (Standard Webhooks)."""
+
+    secret: str
+    created_at: int
+    """UTC nanoseconds."""
+    expires_at: int | None = None
+    """UTC nanoseconds after which it no longer signs; None: until a rotation sets it."""
+
+
 class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An accepted event before it has ids: data and headers already JSON-encoded."""
 
@@ -96,6 +109,24 @@ class PendingNotification:
     seq: int
     namespace: str
     attempts: int = 0
+    created_at: int = 0
+    """UTC nanoseconds when the notification was recorded."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetter:
+    """A notification given up on: it keeps its id, so a redrive sends it again as itself."""
+
+    id: int
+    subscription_id: int
+    subscriber: str
+    seq: int
+    namespace: str
+    event_id: int
+    attempts: int
+    reason: str
+    dead_at: int
+    """UTC nanoseconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +218,23 @@ class Store(ABC):
     ) -> list[SubscriptionRecord]:
         """Subscriptions ordered by id."""
 
+    # -- signing secrets --------------------------------------------------------------
+
+    @abstractmethod
+    async def add_secret(
+        self, subscription_id: int, secret: str, expires_previous_at: int | None, *, created_at: int
+    ) -> bool:
+        """Add a signing secret to a subscription; False (nothing written) if there is none.
+
+        With ``expires_previous_at``, the subscription's other secrets expire then at the
+        latest (an earlier expiry stays); secrets expired by ``created_at`` are removed.
+        ``delete_subscription`` and ``delete_publication`` remove a subscription's secrets.
+        """
+
+    @abstractmethod
+    async def secrets(self, subscription_id: int, now: int) -> list[SubscriptionSecret]:
+        """A subscription's secrets not expired at ``now``, newest first."""
+
     # -- the event log ----------------------------------------------------------------
 
     @abstractmethod
@@ -228,8 +276,13 @@ class Store(ABC):
         """
 
     @abstractmethod
-    async def settle_notifications(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
-        """Remove pending notifications (confirmed); return the ids that were pending."""
+    async def settle_notifications(
+        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None
+    ) -> list[int]:
+        """Remove pending notifications (confirmed); return the ids that were pending.
+
+        ``stats`` holds each notification's counter increments; only those of the ids
+        that were still pending are applied, so confirming twice counts once."""
 
     @abstractmethod
     async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
@@ -240,12 +293,38 @@ class Store(ABC):
         """Pending notifications of a subscription, oldest first."""
 
     @abstractmethod
+    async def pending_counts(self) -> dict[int, int]:
+        """How many notifications are pending, per subscription that has any."""
+
+    @abstractmethod
     async def last_notification_id(self) -> int:
         """The highest notification id ever issued (0 when none)."""
 
     @abstractmethod
-    async def count_attempt(self, ids: Sequence[int]) -> None:
+    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
         """Increase the attempt count of pending notifications."""
+
+    # -- dead letters -----------------------------------------------------------------
+
+    @abstractmethod
+    async def dead_letter(
+        self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()
+    ) -> list[int]:
+        """Move pending notifications to the dead letters; return the ids that were pending."""
+
+    @abstractmethod
+    async def list_dead_letters(
+        self, subscription_ids: Sequence[int] | None = None, after: int | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        """Dead letters ordered by id, of these subscriptions (all if None)."""
+
+    @abstractmethod
+    async def redrive_dead_letters(self, ids: Sequence[int], now: int) -> list[PendingNotification]:
+        """Make dead letters pending again (attempts reset, recorded ``now``); return them."""
+
+    @abstractmethod
+    async def drop_dead_letters(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+        """Delete dead letters for good; return the ids that existed."""
 
     # -- statistics -------------------------------------------------------------------
 

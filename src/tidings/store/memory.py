@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from ..errors import StoreError
 from ._base import (
+    DeadLetter,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
@@ -29,6 +31,7 @@ from ._base import (
     Store,
     StoredEvent,
     SubscriptionRecord,
+    SubscriptionSecret,
 )
 
 __all__ = ["MemoryStore"]
@@ -90,6 +93,8 @@ class MemoryStore(Store):
         self._notes: dict[int, PendingNotification] = {}  # insertion order is id order
         self._last_note_id = 0
         self._stats: dict[tuple[str, str, str], int] = {}
+        self._dead: dict[int, DeadLetter] = {}
+        self._secrets: dict[int, list[SubscriptionSecret]] = {}  # in the order added
 
     async def open(self) -> None:
         self._open = True
@@ -152,6 +157,9 @@ class MemoryStore(Store):
         for i in ids:
             del self._subs[i]
         self._notes = {i: n for i, n in self._notes.items() if n.subscription_id not in ids}
+        self._dead = {i: d for i, d in self._dead.items() if d.subscription_id not in ids}
+        for i in ids:
+            self._secrets.pop(i, None)
         self._publishers = {p for p in self._publishers if p[0] != namespace}
         self._publications.pop(namespace, None)
         return ids
@@ -211,6 +219,8 @@ class MemoryStore(Store):
         self._check()
         self._subs.pop(subscription_id, None)
         self._notes = {i: n for i, n in self._notes.items() if n.subscription_id != subscription_id}
+        self._dead = {i: d for i, d in self._dead.items() if d.subscription_id != subscription_id}
+        self._secrets.pop(subscription_id, None)
 
     async def list_subscriptions(
         self, namespace: str | None = None, after: int | None = None, limit: int | None = None
@@ -221,6 +231,36 @@ class MemoryStore(Store):
             if i > (after or 0) and (namespace is None or s.namespace == namespace)
         ]
         return [s.record() for s in _limited(subs, limit)]
+
+    # -- signing secrets --------------------------------------------------------------
+
+    async def add_secret(
+        self, subscription_id: int, secret: str, expires_previous_at: int | None, *, created_at: int
+    ) -> bool:
+        self._check()
+        if subscription_id not in self._subs:
+            return False
+        kept = [
+            s for s in self._secrets.get(subscription_id, ())
+            if s.expires_at is None or s.expires_at > created_at
+        ]
+        if expires_previous_at is not None:
+            kept = [
+                s if s.expires_at is not None and s.expires_at <= expires_previous_at
+                else dataclasses.replace(s, expires_at=expires_previous_at)
+                for s in kept
+            ]
+        kept.append(SubscriptionSecret(secret=secret, created_at=created_at))
+        self._secrets[subscription_id] = kept
+        return True
+
+    async def secrets(self, subscription_id: int, now: int) -> list[SubscriptionSecret]:
+        self._check()
+        # Newest first; of two added at the same instant, the later one.
+        found = reversed(self._secrets.get(subscription_id, ()))
+        return sorted(
+            (s for s in found if s.expires_at is None or s.expires_at > now), key=lambda s: -s.created_at
+        )
 
     # -- the event log ----------------------------------------------------------------
 
@@ -281,9 +321,10 @@ class MemoryStore(Store):
         if sub is None:
             return []
         agg = _aggregate(stats)
+        now = time.time_ns()
         notes = [
             PendingNotification(id=self._last_note_id + i, subscription_id=subscription_id,
-                                seq=e.seq, namespace=e.namespace)
+                                seq=e.seq, namespace=e.namespace, created_at=now)
             for i, e in enumerate(events, 1)
         ]
         for n in notes:
@@ -293,14 +334,16 @@ class MemoryStore(Store):
         self._apply_stats(agg)
         return [n.id for n in notes]
 
-    async def settle_notifications(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+    async def settle_notifications(
+        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None
+    ) -> list[int]:
         self._check()
-        agg = _aggregate(stats)
+        per_id = stats or {}
         done = []
         for i in ids:
             if self._notes.pop(i, None) is not None:
                 done.append(i)
-        self._apply_stats(agg)
+        self._apply_stats(_aggregate(s for i in done for s in per_id.get(i, ())))
         return done
 
     async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
@@ -309,18 +352,69 @@ class MemoryStore(Store):
 
     async def pending(self, subscription_id: int) -> list[PendingNotification]:
         self._check()
-        return [n for n in self._notes.values() if n.subscription_id == subscription_id]
+        return sorted((n for n in self._notes.values() if n.subscription_id == subscription_id), key=lambda n: n.id)
+
+    async def pending_counts(self) -> dict[int, int]:
+        self._check()
+        counts: dict[int, int] = {}
+        for n in self._notes.values():
+            counts[n.subscription_id] = counts.get(n.subscription_id, 0) + 1
+        return counts
 
     async def last_notification_id(self) -> int:
         self._check()
         return self._last_note_id
 
-    async def count_attempt(self, ids: Sequence[int]) -> None:
+    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
         self._check()
+        self._apply_stats(_aggregate(stats))
         for i in ids:
             n = self._notes.get(i)
             if n is not None:
                 self._notes[i] = dataclasses.replace(n, attempts=n.attempts + 1)
+
+    # -- dead letters -----------------------------------------------------------------
+
+    async def dead_letter(self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()) -> list[int]:
+        self._check()
+        agg = _aggregate(stats)
+        moved = []
+        for d in letters:
+            if self._notes.pop(d.id, None) is not None:
+                self._dead[d.id] = d
+                moved.append(d.id)
+        self._apply_stats(agg)
+        return moved
+
+    async def list_dead_letters(
+        self, subscription_ids: Sequence[int] | None = None, after: int | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        self._check()
+        found = [
+            d for i, d in sorted(self._dead.items())
+            if i > (after or 0) and (subscription_ids is None or d.subscription_id in subscription_ids)
+        ]
+        return found if limit is None or limit < 0 else found[:limit]
+
+    async def redrive_dead_letters(self, ids: Sequence[int], now: int) -> list[PendingNotification]:
+        self._check()
+        out = []
+        for i in ids:
+            d = self._dead.pop(i, None)
+            if d is not None:
+                n = PendingNotification(
+                    id=i, subscription_id=d.subscription_id, seq=d.seq, namespace=d.namespace, created_at=now
+                )
+                self._notes[i] = n
+                out.append(n)
+        return out
+
+    async def drop_dead_letters(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+        self._check()
+        agg = _aggregate(stats)
+        done = [i for i in ids if self._dead.pop(i, None) is not None]
+        self._apply_stats(agg)
+        return done
 
     # -- statistics -------------------------------------------------------------------
 

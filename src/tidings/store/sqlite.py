@@ -18,7 +18,8 @@ import functools
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ import msgspec
 
 from ..errors import StoreError
 from ._base import (
+    DeadLetter,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
@@ -35,6 +37,7 @@ from ._base import (
     Store,
     StoredEvent,
     SubscriptionRecord,
+    SubscriptionSecret,
 )
 
 __all__ = ["SQLiteStore"]
@@ -91,9 +94,30 @@ CREATE TABLE IF NOT EXISTS notifications (
     subscription_id INTEGER NOT NULL,
     seq INTEGER NOT NULL,
     namespace TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS notifications_sub ON notifications(subscription_id, id);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id INTEGER PRIMARY KEY,
+    subscription_id INTEGER NOT NULL,
+    subscriber TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    namespace TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    dead_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_letters_sub ON dead_letters(subscription_id, id);
+CREATE TABLE IF NOT EXISTS secrets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    subscription_id INTEGER NOT NULL,
+    secret TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS secrets_sub ON secrets(subscription_id, id);
 CREATE TABLE IF NOT EXISTS stats (
     scope TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -126,6 +150,8 @@ def _sub(row: tuple[Any, ...]) -> SubscriptionRecord:
     )
 
 
+_DL_FIELDS = ("id", "subscription_id", "subscriber", "seq", "namespace", "event_id", "attempts", "reason", "dead_at")
+_DL_COLS = ", ".join(_DL_FIELDS)
 _SUB_COLS = "id, subscriber, namespace, endpoint, mode, config, cursor, created_at"
 
 
@@ -476,6 +502,8 @@ class SQLiteStore(Store):
         def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
             ids = [r[0] for r in c.execute("SELECT id FROM subscriptions WHERE namespace = ?", (namespace,))]
             c.executemany("DELETE FROM notifications WHERE subscription_id = ?", [(i,) for i in ids])
+            c.executemany("DELETE FROM dead_letters WHERE subscription_id = ?", [(i,) for i in ids])
+            c.executemany("DELETE FROM secrets WHERE subscription_id = ?", [(i,) for i in ids])
             c.execute("DELETE FROM subscriptions WHERE namespace = ?", (namespace,))
             c.execute("DELETE FROM publishers WHERE namespace = ?", (namespace,))
             # Keep the chain's end: the events stay, and so must the id they continue from.
@@ -549,6 +577,8 @@ class SQLiteStore(Store):
     async def delete_subscription(self, subscription_id: int) -> None:
         def job(c: sqlite3.Connection, w: _Writer) -> None:
             c.execute("DELETE FROM notifications WHERE subscription_id = ?", (subscription_id,))
+            c.execute("DELETE FROM dead_letters WHERE subscription_id = ?", (subscription_id,))
+            c.execute("DELETE FROM secrets WHERE subscription_id = ?", (subscription_id,))
             c.execute("DELETE FROM subscriptions WHERE id = ?", (subscription_id,))
 
         await self._write(job)
@@ -570,6 +600,44 @@ class SQLiteStore(Store):
                     (namespace, after or 0, lim),
                 ).fetchall()
             return [_sub(r) for r in rows]
+
+        return await self._read(q)
+
+    # -- signing secrets --------------------------------------------------------------
+
+    async def add_secret(
+        self, subscription_id: int, secret: str, expires_previous_at: int | None, *, created_at: int
+    ) -> bool:
+        def job(c: sqlite3.Connection, w: _Writer) -> bool:
+            if c.execute("SELECT 1 FROM subscriptions WHERE id = ?", (subscription_id,)).fetchone() is None:
+                return False
+            c.execute(
+                "DELETE FROM secrets WHERE subscription_id = ? AND expires_at <= ?", (subscription_id, created_at)
+            )
+            if expires_previous_at is not None:
+                c.execute(
+                    "UPDATE secrets SET expires_at = ? WHERE subscription_id = ? "
+                    "AND (expires_at IS NULL OR expires_at > ?)",
+                    (expires_previous_at, subscription_id, expires_previous_at),
+                )
+            c.execute(
+                "INSERT INTO secrets(subscription_id, secret, created_at) VALUES (?, ?, ?)",
+                (subscription_id, secret, created_at),
+            )
+            return True
+
+        return await self._write(job)
+
+    async def secrets(self, subscription_id: int, now: int) -> list[SubscriptionSecret]:
+        def q(c: sqlite3.Connection) -> list[SubscriptionSecret]:
+            return [
+                SubscriptionSecret(secret=r[0], created_at=r[1], expires_at=r[2])
+                for r in c.execute(
+                    "SELECT secret, created_at, expires_at FROM secrets WHERE subscription_id = ? "
+                    "AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at DESC, id DESC",
+                    (subscription_id, now),
+                )
+            ]
 
         return await self._read(q)
 
@@ -648,10 +716,11 @@ class SQLiteStore(Store):
             if cur.rowcount == 0:
                 return []
             ids = []
+            now = time.time_ns()
             for e in events:
                 r = c.execute(
-                    "INSERT INTO notifications(subscription_id, seq, namespace) VALUES (?, ?, ?)",
-                    (subscription_id, e.seq, e.namespace),
+                    "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
+                    (subscription_id, e.seq, e.namespace, now),
                 )
                 ids.append(int(r.lastrowid or 0))
             _apply_stats(c, stats)
@@ -659,15 +728,17 @@ class SQLiteStore(Store):
 
         return await self._write(job)
 
-    async def settle_notifications(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
-        stats = list(stats)
+    async def settle_notifications(
+        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None
+    ) -> list[int]:
+        per_id = stats or {}
 
         def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
             done = []
             for i in ids:
                 if c.execute("DELETE FROM notifications WHERE id = ?", (i,)).rowcount:
                     done.append(i)
-            _apply_stats(c, stats)
+            _apply_stats(c, (s for i in done for s in per_id.get(i, ())))
             return done
 
         return await self._write(job)
@@ -679,9 +750,11 @@ class SQLiteStore(Store):
                 chunk = ids[i : i + 500]
                 marks = ",".join("?" * len(chunk))
                 out.extend(
-                    PendingNotification(id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4])
+                    PendingNotification(
+                        id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4], created_at=r[5]
+                    )
                     for r in c.execute(
-                        "SELECT id, subscription_id, seq, namespace, attempts FROM notifications "
+                        "SELECT id, subscription_id, seq, namespace, attempts, created_at FROM notifications "
                         f"WHERE id IN ({marks})",
                         chunk,
                     )
@@ -693,15 +766,22 @@ class SQLiteStore(Store):
     async def pending(self, subscription_id: int) -> list[PendingNotification]:
         def q(c: sqlite3.Connection) -> list[PendingNotification]:
             return [
-                PendingNotification(id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4])
+                PendingNotification(
+                        id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4], created_at=r[5]
+                    )
                 for r in c.execute(
-                    "SELECT id, subscription_id, seq, namespace, attempts FROM notifications "
+                    "SELECT id, subscription_id, seq, namespace, attempts, created_at FROM notifications "
                     "WHERE subscription_id = ? ORDER BY id",
                     (subscription_id,),
                 )
             ]
 
         return await self._read(q)
+
+    async def pending_counts(self) -> dict[int, int]:
+        return await self._read(
+            lambda c: dict(c.execute("SELECT subscription_id, COUNT(*) FROM notifications GROUP BY subscription_id"))
+        )
 
     async def last_notification_id(self) -> int:
         def q(c: sqlite3.Connection) -> int:
@@ -710,11 +790,86 @@ class SQLiteStore(Store):
 
         return await self._read(q)
 
-    async def count_attempt(self, ids: Sequence[int]) -> None:
+    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
+        stats = list(stats)
+
         def job(c: sqlite3.Connection, w: _Writer) -> None:
             c.executemany("UPDATE notifications SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in ids])
+            _apply_stats(c, stats)
 
         await self._write(job)
+
+    # -- dead letters -----------------------------------------------------------------
+
+    async def dead_letter(self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()) -> list[int]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            moved = []
+            for d in letters:
+                if c.execute("DELETE FROM notifications WHERE id = ?", (d.id,)).rowcount:
+                    c.execute(
+                        f"INSERT INTO dead_letters({_DL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (d.id, d.subscription_id, d.subscriber, d.seq, d.namespace, d.event_id, d.attempts,
+                         d.reason, d.dead_at),
+                    )
+                    moved.append(d.id)
+            _apply_stats(c, stats)
+            return moved
+
+        return await self._write(job)
+
+    async def list_dead_letters(
+        self, subscription_ids: Sequence[int] | None = None, after: int | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        def q(c: sqlite3.Connection) -> list[DeadLetter]:
+            lim = -1 if limit is None else limit
+            if subscription_ids is None:
+                rows = c.execute(
+                    f"SELECT {_DL_COLS} FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?", (after or 0, lim)
+                ).fetchall()
+            else:
+                marks = ",".join("?" * len(subscription_ids))
+                rows = c.execute(
+                    f"SELECT {_DL_COLS} FROM dead_letters WHERE subscription_id IN ({marks}) AND id > ? "
+                    "ORDER BY id LIMIT ?",
+                    (*subscription_ids, after or 0, lim),
+                ).fetchall()
+            return [DeadLetter(**dict(zip(_DL_FIELDS, r, strict=True))) for r in rows]
+
+        return await self._read(q)
+
+    async def redrive_dead_letters(self, ids: Sequence[int], now: int) -> list[PendingNotification]:
+        def job(c: sqlite3.Connection, w: _Writer) -> list[PendingNotification]:
+            out = []
+            for i in ids:
+                row = c.execute(
+                    "SELECT subscription_id, seq, namespace FROM dead_letters WHERE id = ?", (i,)
+                ).fetchone()
+                if row is None:
+                    continue
+                c.execute("DELETE FROM dead_letters WHERE id = ?", (i,))
+                c.execute(
+                    "INSERT INTO notifications(id, subscription_id, seq, namespace, attempts, created_at) "
+                    "VALUES (?, ?, ?, ?, 0, ?)",
+                    (i, row[0], row[1], row[2], now),
+                )
+                out.append(PendingNotification(
+                    id=i, subscription_id=row[0], seq=row[1], namespace=row[2], created_at=now
+                ))
+            return out
+
+        return await self._write(job)
+
+    async def drop_dead_letters(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            done = [i for i in ids if c.execute("DELETE FROM dead_letters WHERE id = ?", (i,)).rowcount]
+            _apply_stats(c, stats)
+            return done
+
+        return await self._write(job)
 
     # -- statistics -------------------------------------------------------------------
 

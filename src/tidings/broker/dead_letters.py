@@ -1,0 +1,90 @@
+"""Dead letters: notifications given up on, which their subscriber can list, redrive or drop.
+
+A notification is dead-lettered when a reliable subscription has tried it
+``max_attempts`` times or for ``max_age`` without a confirmation, or at once when a
+subscription that is not reliable is configured with ``onError = "deadletter"``. Its
+subscription's delivery then moves on. Redriving makes it pending again under the same
+notification id; its worker sends it before new events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from ..core.wire import DeadLetterInfo, DeadLetterQuery, ItemResult, err, ok
+from ..store import PrincipalRecord, Stat, Store
+from .delivery import Delivery
+from .orchestrator import Orchestrator
+
+__all__ = ["DeadLetters"]
+
+_DEFAULT_TAKE, _MAX_TAKE = 100, 1000
+
+
+class DeadLetters:
+    def __init__(self, store: Store, orchestrator: Orchestrator, delivery: Delivery) -> None:
+        self._store = store
+        self._orch = orchestrator
+        self._delivery = delivery
+
+    def _mine(self, caller: PrincipalRecord) -> list[int]:
+        return [i for i, s in self._orch.subscriptions.items() if self._orch.controls_subscription(caller, s)]
+
+    async def query(self, caller: PrincipalRecord, q: DeadLetterQuery) -> list[DeadLetterInfo]:
+        """``tidings_get_dead_letters``: those of the subscriptions the caller controls."""
+        if q.subscription is not None:
+            sub = self._orch.subscriptions.get(q.subscription)
+            ids = [q.subscription] if sub is not None and self._orch.controls_subscription(caller, sub) else []
+        else:
+            ids = self._mine(caller)
+        if not ids:
+            return []
+        take = _DEFAULT_TAKE if q.take is None else max(0, min(q.take, _MAX_TAKE))
+        letters = await self._store.list_dead_letters(ids, q.prev, take)
+        return [
+            DeadLetterInfo(
+                id=d.id, subscription=d.subscription_id, subscriber=d.subscriber, namespace=d.namespace,
+                eventId=d.event_id, attempts=d.attempts, reason=d.reason, timestamp=d.dead_at,
+            )
+            for d in letters
+        ]
+
+    async def _resolve(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult | None]:
+        """Per id: None if the caller may act on it, else the error."""
+        found = {d.id: d for d in await self._store.list_dead_letters(None)} if ids else {}
+        out: list[ItemResult | None] = []
+        for i in ids:
+            d = found.get(i)
+            sub = self._orch.subscriptions.get(d.subscription_id) if d is not None else None
+            if d is None or sub is None:
+                out.append(err("NotFound", f"no dead letter {i}"))
+            elif not self._orch.controls_subscription(caller, sub):
+                out.append(err("Unauthorized", f"dead letter {i} is not of a subscription of {caller.name}"))
+            else:
+                out.append(None)
+        return out
+
+    async def redrive(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult | None]:
+        """``tidings_redrive_dead_letters``: send them again."""
+        results = await self._resolve(caller, ids)
+        allowed = [i for i, r in zip(ids, results, strict=True) if r is None]
+        back = {p.id for p in await self._store.redrive_dead_letters(allowed, time.time_ns())}
+        notes = await self._store.get_notifications(sorted(back))
+        self._delivery.redrive(notes)
+        return [r if r is not None else ok(True) if i in back else err("NotFound", f"no dead letter {i}")
+                for i, r in zip(ids, results, strict=True)]
+
+    async def drop(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult | None]:
+        """``tidings_drop_dead_letters``: delete them for good (counted as dropped)."""
+        results = await self._resolve(caller, ids)
+        allowed = [i for i, r in zip(ids, results, strict=True) if r is None]
+        letters = {d.id: d for d in await self._store.list_dead_letters(None) if d.id in set(allowed)}
+        stats = [
+            Stat(scope, key, f"tidings:{scope}:stats:dropped")
+            for d in letters.values()
+            for scope, key in (("subscription", str(d.subscription_id)), ("subscriber", d.subscriber))
+        ]
+        gone = set(await self._store.drop_dead_letters(allowed, stats))
+        return [r if r is not None else ok(True) if i in gone else err("NotFound", f"no dead letter {i}")
+                for i, r in zip(ids, results, strict=True)]

@@ -1,0 +1,78 @@
+"""Process metrics in the Prometheus text format (version 0.0.4), served at ``/metrics``.
+
+Counters and a histogram live in memory and count since the process started, as
+Prometheus expects; a restart shows as a counter reset. Gauges that describe stored
+state (pending notifications per subscription) are read from the store at scrape time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+
+__all__ = ["Metrics"]
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class _Histogram:
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.events_published = 0
+        self.notifications_sent = 0
+        """Notifications pushed, each try counted (first sends and retries)."""
+        self.notifications_confirmed = 0
+        self.notifications_retried = 0
+        self.notifications_dead_lettered = 0
+        self.subscriptions_ended = 0
+        self.latency = _Histogram(LATENCY_BUCKETS)
+        """Seconds from the broadcaster's acceptance of an event to its confirmation."""
+
+    def confirmed(self, latencies_s: Iterable[float]) -> None:
+        for v in latencies_s:
+            self.notifications_confirmed += 1
+            self.latency.observe(max(0.0, v))
+
+    def render(self, pending: Mapping[int, int]) -> str:
+        out: list[str] = []
+
+        def counter(name: str, help_: str, value: int) -> None:
+            out.extend((f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name} {value}"))
+
+        counter("tidings_events_published_total", "Events accepted and stored.", self.events_published)
+        counter("tidings_notifications_sent_total", "Notification pushes, retries included.", self.notifications_sent)
+        counter("tidings_notifications_confirmed_total", "Notifications confirmed.", self.notifications_confirmed)
+        counter("tidings_notifications_retried_total", "Notification pushes that were retries.",
+                self.notifications_retried)
+        counter("tidings_notifications_dead_lettered_total", "Notifications moved to the dead letters.",
+                self.notifications_dead_lettered)
+        counter("tidings_subscriptions_ended_total", "Subscriptions ended by delivery (410 Gone, error answers).",
+                self.subscriptions_ended)
+        name = "tidings_notifications_pending"
+        out.extend((f"# HELP {name} Notifications recorded and not yet confirmed, per subscription.",
+                    f"# TYPE {name} gauge"))
+        out.extend(f'{name}{{subscription="{sub}"}} {n}' for sub, n in sorted(pending.items()))
+        name = "tidings_delivery_latency_seconds"
+        h = self.latency
+        out.extend((f"# HELP {name} From the broadcaster's acceptance of an event to its confirmation.",
+                    f"# TYPE {name} histogram"))
+        running = 0
+        for bound, n in zip(h.buckets, h.counts, strict=False):
+            running += n
+            out.append(f'{name}_bucket{{le="{bound}"}} {running}')
+        out.append(f'{name}_bucket{{le="+Inf"}} {h.count}')
+        out.append(f"{name}_sum {h.sum}")
+        out.append(f"{name}_count {h.count}")
+        return "\n".join(out) + "\n"

@@ -1,0 +1,248 @@
+"""Signed pushes through the real server: Standard Webhooks headers, rotation, the SDK's 401."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from tidings.client import Admin, EventNotification, ItemError, Publisher, Subscriber
+from tidings.core.webhooks import encode_secret, sign, verify
+
+from .conftest import ServerProcess, eventually
+
+pytestmark = pytest.mark.e2e
+
+NS = "com.example.signed"
+OLD = encode_secret(b"o" * 32)
+
+
+async def _ignore(n: EventNotification) -> None:
+    pass
+
+
+async def _asgi_post(app: Any, scope: dict[str, Any], body: bytes) -> int:
+    """Hand one request to an ASGI app in-process; its status."""
+    sent = False
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(msg: dict[str, Any]) -> None:
+        nonlocal status
+        if msg["type"] == "http.response.start":
+            status = msg["status"]
+
+    await app(scope, receive, send)
+    return status
+
+
+class Tee:
+    """An endpoint that records each push and hands it, as it came, to ``apps`` (SDK
+    Subscribers holding different secrets), noting their statuses; it answers 200."""
+
+    def __init__(self, *apps: Any) -> None:
+        self.apps = list(apps)
+        self.pushes: list[tuple[dict[str, str], bytes, list[int]]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        statuses = [await _asgi_post(app, scope, body) for app in self.apps]
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.pushes.append((headers, body, statuses))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"null"})
+
+
+async def api(server: ServerProcess, name: str, arg: Any) -> Any:
+    headers = {"authorization": f"Bearer {server.admin_token}"}
+    async with aiohttp.ClientSession() as http, http.post(
+        f"{server.url}/v1/{name}", data=json.dumps(arg), headers=headers
+    ) as resp:
+        assert resp.status == 200
+        return await resp.json()
+
+
+def _signatures(headers: dict[str, str]) -> list[str]:
+    return headers["webhook-signature"].split(" ")
+
+
+async def test_pushes_are_signed_and_a_rotation_overlaps(server: ServerProcess, endpoints: Any) -> None:
+    got_old: list[int] = []
+    got_new: list[int] = []
+
+    async def on_old(n: EventNotification) -> None:
+        got_old.append(n.eventId)
+
+    async def on_new(n: EventNotification) -> None:
+        got_new.append(n.eventId)
+
+    old_only = Subscriber(on_old, secret=OLD)
+    tee = Tee(old_only)
+    ep = await endpoints(tee)
+    owner = Subscriber(_ignore, url=server.url, token=server.admin_token, secret=OLD)
+    async with Publisher(server.url, server.admin_token) as pub:
+        await pub.register_publication(NS)
+        sub_id = await owner.subscribe(NS, ep.url)  # registered with OLD
+        assert await owner.secrets(sub_id) == [OLD]
+
+        await pub.publish(NS, 1)
+        await eventually(lambda: len(tee.pushes) == 1)
+        headers, body, statuses = tee.pushes[0]
+        assert statuses == [200] and got_old == [1]
+        assert headers["webhook-id"] and abs(int(headers["webhook-timestamp"]) - time.time()) < 60
+        assert len(_signatures(headers)) == 1
+        verify([OLD], headers, body, int(time.time()))
+
+        # Rotate: for the overlap, every push carries both signatures, and either secret accepts it.
+        new = await owner.rotate_secret(sub_id, overlap_s=2)
+        assert new.startswith("whsec_") and new != OLD
+        assert await owner.secrets(sub_id) == [new, OLD]
+        new_only = Subscriber(on_new, secret=new)
+        tee.apps.append(new_only)
+        await pub.publish(NS, 2)
+        await eventually(lambda: len(tee.pushes) == 2)
+        headers, body, statuses = tee.pushes[1]
+        assert len(_signatures(headers)) == 2
+        assert statuses == [200, 200] and got_old == [1, 2] and got_new == [2]
+        verify([new], headers, body, int(time.time()))
+        verify([OLD], headers, body, int(time.time()))
+
+        # After the overlap only the new secret signs: a receiver holding only the old one refuses.
+        await asyncio.sleep(2.1)
+        assert await owner.secrets(sub_id) == [new]
+        await pub.publish(NS, 3)
+        await eventually(lambda: len(tee.pushes) == 3)
+        headers, body, statuses = tee.pushes[2]
+        assert len(_signatures(headers)) == 1
+        assert statuses == [401, 200] and got_old == [1, 2] and got_new == [2, 3]
+    await owner.close()
+
+
+async def test_default_subscriber_verifies_and_refuses_forged_or_stale_pushes(
+    server: ServerProcess, endpoints: Any
+) -> None:
+    got: list[int] = []
+
+    async def handle(n: EventNotification) -> None:
+        got.append(n.eventId)
+
+    sub = Subscriber(handle, url=server.url, token=server.admin_token)  # no secret given
+    ep = await endpoints(sub)
+    async with Publisher(server.url, server.admin_token) as pub:
+        await pub.register_publication(NS)
+        sub_id = await sub.subscribe(NS, ep.url)
+        await pub.publish(NS, "signed")
+        await eventually(lambda: got == [1])
+        (secret,) = await sub.secrets(sub_id)
+        assert secret.startswith("whsec_")
+
+    body = msgspec.json.encode([EventNotification(
+        id=99, eventId=99, prev_id=None, timestamp=1, namespace=NS, data={"Nat": 1}, source="mallory",
+    )])
+    now = int(time.time())
+    base = {"content-type": "application/json", "x-tidings-subscription": str(sub_id)}
+    forged = [
+        base,  # unsigned
+        {**base, **sign([encode_secret(b"m" * 32)], "m1", now, body)},  # someone else's secret
+        {**base, **sign([secret], "m1", now - 301, body)},  # stale
+        {**base, **sign([secret], "m1", now + 301, body)},  # from the future
+        {**base, **sign([secret], "m1", now, body + b" ")},  # another body
+        {**base, "x-tidings-subscription": "12345", **sign([secret], "m1", now, body)},  # unknown subscription
+    ]
+    async with aiohttp.ClientSession() as http:
+        for headers in forged:
+            async with http.post(ep.url, data=body, headers=headers) as resp:
+                assert resp.status == 401, headers
+                assert (await resp.json())["error"]["code"] == "invalid_signature"
+        assert got == [1]  # the handler was not called
+        async with http.post(ep.url, data=body, headers={**base, **sign([secret], "m1", now, body)}) as resp:
+            assert resp.status == 200
+        assert got == [1, 99]
+    await sub.close()
+
+
+async def test_secrets_survive_a_restart(server: ServerProcess, endpoints: Any) -> None:
+    got: list[int] = []
+
+    async def handle(n: EventNotification) -> None:
+        got.append(n.eventId)
+
+    sub = Subscriber(handle, url=server.url, token=server.admin_token)
+    ep = await endpoints(sub)
+    async with Publisher(server.url, server.admin_token) as pub:
+        await pub.register_publication(NS)
+        sub_id = await sub.subscribe(NS, ep.url)
+        before = await sub.secrets(sub_id)
+    server.restart()
+    async with Publisher(server.url, server.admin_token) as pub:
+        await pub.publish(NS, 1)
+        await eventually(lambda: got == [1])
+    assert await sub.secrets(sub_id) == before
+    await sub.close()
+
+
+async def test_secret_methods_check_callers_and_values(server: ServerProcess) -> None:
+    async with Admin(server.url, server.admin_token) as admin, Publisher(server.url, server.admin_token) as pub:
+        bob = await admin.create_principal("bob")
+        carol = await admin.create_principal("carol")
+        await pub.register_publication(NS)
+    bobs = Subscriber(_ignore, url=server.url, token=bob)
+    carols = Subscriber(_ignore, url=server.url, token=carol)
+    admins = Subscriber(_ignore, url=server.url, token=server.admin_token)
+
+    async def refused(code: str, call: Any) -> None:
+        with pytest.raises(ItemError) as e:
+            await call
+        assert e.value.code == code
+
+    try:
+        sub_id = await bobs.subscribe(NS, "http://127.0.0.1:9/")
+        (bob_secret,) = await bobs.secrets(sub_id)
+        await refused("Unauthorized", carols.secrets(sub_id))
+        await refused("Unauthorized", carols.rotate_secret(sub_id))
+        await refused("NotFound", bobs.secrets(sub_id + 100))
+        await refused("NotFound", bobs.rotate_secret(sub_id + 100))
+        await refused("ImproperConfig", bobs.rotate_secret(sub_id, overlap_s=-1))
+        # Admins may; a rotation with the default overlap keeps the old secret.
+        new = await admins.rotate_secret(sub_id)
+        assert await bobs.secrets(sub_id) == [new, bob_secret]
+        # A subscription's controllers may too.
+        await bobs.update(sub_id, {"icrc72:subscription:controllers": ["carol", "bob"]})
+        assert await carols.secrets(sub_id) == [new, bob_secret]
+
+        # A registration's own secret must have the format; the SDK checks whsec_ ones at once.
+        for bad in ["whsec_!!", encode_secret(b"x" * 8), "short", "has spaces in it, twenty-four+"]:
+            (r,) = await api(server, "icrc72_register_subscription",
+                             [{"namespace": NS, "endpoint": "http://x/", "secret": bad}])
+            assert list(r["Err"]) == ["ImproperConfig"], r
+        for bad in ["whsec_!!", encode_secret(b"x" * 8), ""]:
+            with pytest.raises(ValueError):
+                Subscriber(_ignore, secret=bad)
+        raw = "a-raw-secret-for-interop-1234"
+        (r,) = await api(server, "icrc72_register_subscription",
+                         [{"namespace": NS, "endpoint": "http://x/", "secret": raw}])
+        assert await admins.secrets(r["Ok"]) == [raw]
+        # Deleting a subscription takes its secrets along.
+        await bobs.unsubscribe(sub_id)
+        await refused("NotFound", admins.secrets(sub_id))
+    finally:
+        for s in (bobs, carols, admins):
+            await s.close()

@@ -1,0 +1,158 @@
+"""Back-off, Retry-After and give-up rules, with time injected so they run in milliseconds.
+
+The broker runs in this process on a MemoryStore; its delivery's clock, sleep and random
+source are replaced, and the subscriber is a real HTTP endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidings.broker import Broker
+from tidings.core.retry import Backoff, Outcome, classify, retry_after_seconds
+from tidings.core.wire import Event, PublicationRegistration, SubscriptionRegistration
+from tidings.settings import Settings
+from tidings.store import MemoryStore, PrincipalRecord
+
+from .conftest import eventually
+
+ADMIN = PrincipalRecord(name="admin", admin=True)
+
+
+class FakeClock:
+    """Sleeps return at once and move the clock; every requested delay is recorded."""
+
+    def __init__(self) -> None:
+        self.t = 1_000.0
+        self.delays: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        self.t += seconds
+        await asyncio.sleep(0)
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def now_ns(self) -> int:
+        return int(self.t * 1e9)
+
+
+class Scripted:
+    """An endpoint answering from a script of (status, headers), then 200."""
+
+    def __init__(self, script: list[tuple[int, dict[str, str]]]) -> None:
+        self.script = list(script)
+        self.pushes: list[list[int]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            m = await receive()
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        import json
+
+        self.pushes.append([n["id"] for n in json.loads(body)])
+        status, headers = self.script.pop(0) if self.script else (200, {})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FakeClock]]:
+    clock = FakeClock()
+    b = Broker(Settings(data_dir=tmp_path, retry_initial_s=0.5, retry_max_s=4.0, max_attempts=6), MemoryStore())
+    d = b.delivery
+    d.sleep, d.monotonic, d.now_ns, d.random = clock.sleep, clock.monotonic, clock.now_ns, lambda: 0.0
+    async with b:
+        yield b, clock
+
+
+async def _subscribe(b: Broker, url: str, config: list[Any] | None = None) -> int:
+    await b.orchestrator.register_publications(ADMIN, [PublicationRegistration(namespace="t.x")])
+    (r,) = await b.orchestrator.register_subscriptions(
+        ADMIN, [SubscriptionRegistration(namespace="t.x", endpoint=url, config=config or [])]
+    )
+    return int(r.Ok)
+
+
+async def _publish(b: Broker, n: int = 1) -> None:
+    await b.broadcaster.publish(ADMIN, [Event(namespace="t.x", data={"Nat": i}) for i in range(n)])
+
+
+def test_classification_and_backoff_rules() -> None:
+    assert classify(None) is Outcome.NO_ANSWER
+    assert classify(204) is Outcome.ACK
+    assert classify(410) is Outcome.GONE
+    assert classify(500) is Outcome.ERROR_ANSWER and classify(301) is Outcome.ERROR_ANSWER
+    assert retry_after_seconds(429, "7") == 7.0 and retry_after_seconds(503, " 2.5 ") == 2.5
+    assert retry_after_seconds(500, "7") is None and retry_after_seconds(429, "soon") is None
+    b = Backoff(0.5, 4.0)
+    assert [b.delay(n, 0.0) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert b.delay(3, 0.999) == pytest.approx(2.0 * 0.5005)  # jitter takes off up to half
+    assert b.delay(1, 0.0, retry_after=30.0) == 30.0  # honoured beyond the maximum
+
+
+async def test_exponential_backoff_then_dead_letter(broker, endpoints) -> None:
+    b, clock = broker
+    ep = await endpoints(Scripted([(500, {})] * 10))
+    sub_id = await _subscribe(b, ep.url)
+    await _publish(b)
+    await eventually(lambda: len(ep.app.pushes) == 6)  # max_attempts
+    letters = await eventually(lambda: b.store.list_dead_letters())
+    assert clock.delays == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert letters[0].attempts == 6 and letters[0].subscription_id == sub_id
+    assert "HTTP 500" in letters[0].reason
+    assert await b.store.pending(sub_id) == []
+    stats = await b.store.stats("subscription", str(sub_id))
+    assert stats["tidings:subscription:stats:deadLetters"] == 1
+    assert stats["tidings:subscription:stats:retries"] == 6
+
+
+async def test_per_subscription_backoff_and_retry_after(broker, endpoints) -> None:
+    b, clock = broker
+    ep = await endpoints(Scripted([(503, {}), (429, {"Retry-After": "9"}), (500, {}), (500, {})]))
+    config = [["tidings:subscription:retry:initialMs", {"Nat": 100}],
+              ["tidings:subscription:retry:maxMs", {"Nat": 250}]]
+    await _subscribe(b, ep.url, config)
+    await _publish(b)
+    await eventually(lambda: len(ep.app.pushes) == 5)
+    assert clock.delays == [0.1, 9.0, 0.25, 0.25]
+    # The same notification every time, and then it was confirmed.
+    assert len({tuple(p) for p in ep.app.pushes}) == 1
+
+    async def settled() -> bool:
+        return await b.store.pending_counts() == {}
+
+    await eventually(settled)
+
+
+async def test_max_age_dead_letters_without_waiting(broker, endpoints) -> None:
+    b, _ = broker
+    ep = await endpoints(Scripted([(500, {})] * 10))
+    config = [["tidings:subscription:maxAgeMs", {"Nat": 1500}]]
+    sub_id = await _subscribe(b, ep.url, config)
+    await _publish(b)
+    letters = await eventually(lambda: b.store.list_dead_letters())
+    # Tried at t=0, +0.5, +1.0 (1.5 s old: given up), well before max_attempts.
+    assert len(ep.app.pushes) == 3 and letters[0].attempts == 3
+    assert (await b.store.stats("subscription", str(sub_id)))["tidings:subscription:stats:deadLetters"] == 1
+
+
+async def test_gone_ends_the_subscription(broker, endpoints) -> None:
+    b, _ = broker
+    ep = await endpoints(Scripted([(410, {})]))
+    sub_id = await _subscribe(b, ep.url)
+    await _publish(b)
+    await eventually(lambda: sub_id not in b.orchestrator.subscriptions)
+    assert b.metrics.subscriptions_ended == 1
