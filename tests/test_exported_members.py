@@ -37,5 +37,6 @@ def test_store_interface_methods() -> None:
         "add_secret", "secrets",
         "append", "read_after", "read_seqs", "head", "open_notifications", "settle_notifications",
         "get_notifications", "pending", "pending_counts", "last_notification_id", "count_attempt",
-        "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters", "add_stats", "stats",
+        "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters",
+        "add_stats", "stats", "stat_keys",
     }

@@ -543,3 +543,11 @@ async def test_secrets_rotate_expire_and_go_with_their_subscription(store: Store
     assert await store.secrets(a.id, now=35) == []
     await store.delete_publication("b")
     assert await store.secrets(b.id, now=35) == []
+
+
+async def test_stat_keys(store: Store) -> None:
+    await store.add_stats(
+        [Stat("subscriber", "bob", "x"), Stat("subscriber", "al", "y"), Stat("publication", "n", "z")]
+    )
+    assert await store.stat_keys("subscriber") == ["al", "bob"]
+    assert await store.stat_keys("nothing") == []

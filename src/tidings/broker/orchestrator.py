@@ -476,7 +476,8 @@ class Orchestrator:
         for s in self.subscriptions.values():
             total[s.subscriber] += 1
             active[s.subscriber] += not self.sub_configs[s.id].stopped
-        names = sorted(p for p in total if q.prev is None or p > q.prev)[: _take(q.take)]
+        known = set(total) | set(await self._store.stat_keys("subscriber"))
+        names = sorted(p for p in known if q.prev is None or p > q.prev)[: _take(q.take)]
         out = []
         for p in names:
             stats = {"icrc72:subscriber:stats:subscriptions": total[p],

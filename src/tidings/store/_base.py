@@ -334,3 +334,8 @@ class Store(ABC):
     @abstractmethod
     async def stats(self, scope: str, key: str) -> dict[str, int]:
         """Counters of one publication, publisher, subscriber or subscription."""
+
+    @abstractmethod
+    async def stat_keys(self, scope: str) -> list[str]:
+        """Every key of ``scope`` that has counters, sorted (a subscriber whose
+        subscriptions have all ended keeps its statistics)."""

@@ -422,6 +422,10 @@ class MemoryStore(Store):
         self._check()
         self._apply_stats(_aggregate(stats))
 
+    async def stat_keys(self, scope: str) -> list[str]:
+        self._check()
+        return sorted({k for (s, k, _n) in self._stats if s == scope})
+
     async def stats(self, scope: str, key: str) -> dict[str, int]:
         self._check()
         return {n: v for (s, k, n), v in self._stats.items() if s == scope and k == key}

@@ -877,6 +877,11 @@ class SQLiteStore(Store):
         stats = list(stats)
         await self._write(lambda c, w: _apply_stats(c, stats))
 
+    async def stat_keys(self, scope: str) -> list[str]:
+        return await self._read(
+            lambda c: [r[0] for r in c.execute("SELECT DISTINCT key FROM stats WHERE scope = ? ORDER BY key", (scope,))]
+        )
+
     async def stats(self, scope: str, key: str) -> dict[str, int]:
         def q(c: sqlite3.Connection) -> dict[str, int]:
             return dict(c.execute("SELECT name, value FROM stats WHERE scope = ? AND key = ?", (scope, key)))
