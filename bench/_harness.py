@@ -69,3 +69,17 @@ async def post(session: aiohttp.ClientSession, url: str, method: str, body: byte
         return data
 
 
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its children (psutil)."""
+    import psutil
+
+    p = psutil.Process(pid)
+    total = p.memory_info().rss
+    for c in p.children(recursive=True):
+        try:
+            total += c.memory_info().rss
+        except psutil.Error:
+            pass
+    return int(total)

@@ -19,6 +19,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import uvicorn
@@ -66,7 +67,11 @@ class _Counter:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def fanout(srv: Server, subs: int, match: float, events: int) -> dict[str, float]:
+async def fanout(srv: Server, subs: int, match: float, events: int, *,
+                 data: dict[str, Any] | None = None, timeout: float = 120.0) -> dict[str, float]:
+    """``subs`` subscriptions, ``match`` of them with a filter the events pass. With
+    ``data`` every event carries that value and the subscriptions have no filter at all
+    (``match`` must be 1): plain fan-out."""
     counter = _Counter()
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(counter, host="127.0.0.1", port=port, log_level="warning",
@@ -84,14 +89,18 @@ async def fanout(srv: Server, subs: int, match: float, events: int) -> dict[str,
                  "filter": "amount >= 0" if i < matching else "amount > 1000000"}
                 for i in range(subs)
             ]
+            if data is not None:
+                for r in regs:
+                    del r["filter"]
             for i in range(0, subs, 500):
                 await post(s, srv.url, "icrc72_register_subscription", json.dumps(regs[i : i + 500]).encode())
             expected = events * matching
             t0 = time.monotonic()
             for i in range(0, events, 100):
-                body = json.dumps([{"namespace": "bench.fan", "data": _event(j)} for j in range(i, i + 100)])
+                body = json.dumps([{"namespace": "bench.fan", "data": _event(j) if data is None else data}
+                                   for j in range(i, min(i + 100, events))])
                 await post(s, srv.url, "icrc72_publish", body.encode())
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + timeout
             while counter.received < expected and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             elapsed = time.monotonic() - t0

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import uvicorn
 
@@ -137,6 +139,45 @@ class Endpoint:
             self._server.should_exit = True
             await self._task
         self._server = self._task = None
+
+
+async def read_body(receive: Any) -> bytes:
+    """The whole body of a raw ASGI HTTP request."""
+    body = b""
+    while True:
+        msg = await receive()
+        body += msg.get("body", b"")
+        if not msg.get("more_body"):
+            return body
+
+
+def _raw(s: str | bytes) -> bytes:
+    return s if isinstance(s, bytes) else s.encode()
+
+
+async def respond(
+    send: Any,
+    status: int = 200,
+    body: bytes = b"null",
+    headers: Iterable[tuple[str | bytes, str | bytes]] = (),
+    content_type: str | None = "application/json",
+) -> None:
+    """Answer a raw ASGI HTTP request: ``content_type`` (none if None), then ``headers``."""
+    raw = [] if content_type is None else [(b"content-type", content_type.encode())]
+    raw += [(_raw(k), _raw(v)) for k, v in headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def admin_api(http: aiohttp.ClientSession, server: ServerProcess, method: str, arg: Any) -> Any:
+    """A raw ``/v1/{method}`` call as the admin; asserts 200 and returns the decoded JSON answer."""
+    async with http.post(
+        f"{server.url}/v1/{method}", data=json.dumps(arg),
+        headers={"authorization": f"Bearer {server.admin_token}"},
+    ) as resp:
+        body = await resp.json()
+        assert resp.status == 200, body
+        return body
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import ServerProcess
+from .conftest import ServerProcess, admin_api, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
@@ -61,20 +61,14 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = dict(scope["headers"])
         self.sub_ids.add(headers.get(b"x-tidings-subscription", b"").decode())
         self.pushes += 1
         self.last_arrival = time.monotonic()
         for n in json.loads(body):
             self.got.append((n["namespace"], n["eventId"], n["id"], n["data"]))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": b"null"})
+        await respond(send)
 
 
 def fields(data: Any) -> dict[str, Any]:
@@ -84,16 +78,6 @@ def fields(data: Any) -> dict[str, Any]:
 
 def make_data(uid: str, color: str, n: int) -> dict[str, Any]:
     return {"Map": [["uid", {"Text": uid}], ["color", {"Text": color}], ["n", {"Nat": n}]]}
-
-
-async def api(http: aiohttp.ClientSession, server: ServerProcess, method: str, arg: Any) -> Any:
-    async with http.post(
-        f"{server.url}/v1/{method}", data=json.dumps(arg),
-        headers={"authorization": f"Bearer {server.admin_token}"},
-    ) as resp:
-        body = await resp.json()
-        assert resp.status == 200, body
-        return body
 
 
 def nat_stats(stats: list[Any]) -> dict[str, int]:
@@ -197,8 +181,8 @@ async def wait_settled(
     """Every event passed to every subscription, every push confirmed, and quiet for 0.5 s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pubs = await api(http, server, "icrc72_get_publications", {})
-        subs = await api(http, server, "icrc72_get_subscriptions", {})
+        pubs = await admin_api(http, server, "icrc72_get_publications", {})
+        subs = await admin_api(http, server, "icrc72_get_subscriptions", {})
         pub_stats = [nat_stats(p["stats"]) for p in pubs if p["namespace"] in NAMESPACES]
         sub_stats = [nat_stats(s["stats"]) for s in subs]
         quiet = all(time.monotonic() - r.last_arrival > 0.5 for r in recorders)
@@ -247,12 +231,12 @@ async def test_sigkill_during_publish_and_delivery(
     kills: list[str] = []
     async with aiohttp.ClientSession() as http:
         for ns in NAMESPACES:
-            (r,) = await api(http, server, "icrc72_register_publication", [{"namespace": ns, "config": []}])
+            (r,) = await admin_api(http, server, "icrc72_register_publication", [{"namespace": ns, "config": []}])
             assert "Ok" in r, r
         sub_ids = {}
         for (rec, spec), ep in zip(specs, eps, strict=True):
-            (r,) = await api(http, server, "icrc72_register_subscription",
-                             [{**spec, "endpoint": ep.url, "mode": "trusted"}])
+            (r,) = await admin_api(http, server, "icrc72_register_subscription",
+                                   [{**spec, "endpoint": ep.url, "mode": "trusted"}])
             assert "Ok" in r, r
             sub_ids[rec.name] = str(r["Ok"])
 
@@ -280,7 +264,7 @@ async def test_sigkill_during_publish_and_delivery(
             await asyncio.to_thread(server.start)
 
         settled = await wait_settled(http, server, recorders, max(5.0, deadline - time.monotonic()))
-        pubs_info = await api(http, server, "icrc72_get_publications", {})
+        pubs_info = await admin_api(http, server, "icrc72_get_publications", {})
         stored = {
             p["namespace"]: nat_stats(p["stats"])["icrc72:publication:stats:events"]
             for p in pubs_info if p["namespace"] in NAMESPACES

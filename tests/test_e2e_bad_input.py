@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import ServerProcess, eventually
+from .conftest import ServerProcess, eventually, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
@@ -34,16 +34,8 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
-        self.notifications.extend(json.loads(body))
-        headers = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"null"})
+        self.notifications.extend(json.loads(await read_body(receive)))
+        await respond(send)
 
 
 @pytest.fixture(scope="module")

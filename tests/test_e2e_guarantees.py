@@ -29,7 +29,7 @@ import pytest
 from tidings.client import Admin, Publisher, Subscriber
 from tidings.core.wire import DeadLetterInfo, EventNotification, ItemResult
 
-from .conftest import ServerProcess, eventually, free_port
+from .conftest import Endpoint, ServerProcess, eventually, free_port, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
@@ -52,21 +52,6 @@ MAX_ATTEMPTS_DEFAULT = 3  # the service setting of every test here
 
 
 # -- endpoints -------------------------------------------------------------------------------
-
-
-async def read_body(receive: Any) -> bytes:
-    body = b""
-    while True:
-        msg = await receive()
-        body += msg.get("body", b"")
-        if not msg.get("more_body"):
-            return body
-
-
-async def respond(send: Any, status: int, body: bytes = b"null", headers: dict[str, str] | None = None) -> None:
-    raw = [(b"content-type", b"application/json")] + [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
 
 
 @dataclass
@@ -106,7 +91,7 @@ class Hook:
             sub, time.monotonic(), time.time_ns(), [n["id"] for n in batch], [n["eventId"] for n in batch],
             [n["namespace"] for n in batch], status,
         ))
-        await respond(send, status, headers=headers)
+        await respond(send, status, headers=headers.items())
 
     def of(self, sub: int) -> list[Push]:
         return [p for p in self.pushes if p.sub == sub]
@@ -277,6 +262,19 @@ async def env(server_factory: Callable[..., ServerProcess]) -> AsyncIterator[Env
     await e.close()
 
 
+async def hooked(
+    env: Env, endpoints: Any, ns: str, *principals: str, start: bool = True
+) -> tuple[Hook, Endpoint, Publisher]:
+    """A ``Hook`` endpoint (not started if ``start`` is false), the principals alice and
+    ``principals``, and alice's publication ``ns``."""
+    hook = Hook()
+    ep = await endpoints(hook, start=start)
+    await env.principals("alice", *principals)
+    alice = env.pub("alice")
+    await alice.register_publication(ns)
+    return hook, ep, alice
+
+
 async def letters(client: Subscriber, n: int, sub: int | None = None) -> list[DeadLetterInfo]:
     """Wait until exactly ``n`` dead letters are listed (of ``sub``, or all the caller's)."""
 
@@ -309,12 +307,9 @@ async def quiet(s: float = 0.3) -> None:
 
 
 async def test_reliable_dead_letters_redrive_and_drop(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    ep = await endpoints(hook)
     ns = "com.example.dead"
-    await env.principals("alice", "bob", "mallory")
-    alice, bob, mallory = env.pub("alice"), env.sub("bob"), env.sub("mallory")
-    await alice.register_publication(ns)
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob", "mallory")
+    bob, mallory = env.sub("bob"), env.sub("mallory")
     sub = await bob.subscribe(ns, ep.url)
 
     # An endpoint answering 500: tried max_attempts times, always the same notification, then dead.
@@ -405,12 +400,9 @@ async def test_reliable_dead_letters_redrive_and_drop(env: Env, endpoints: Any) 
 
 
 async def test_per_subscription_max_attempts_and_max_age(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    ep = await endpoints(hook)
     ns = "com.example.limits"
-    await env.principals("alice", "bob")
-    alice, bob = env.pub("alice"), env.sub("bob")
-    await alice.register_publication(ns)
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob = env.sub("bob")
     two = await bob.subscribe(ns, ep.url, config={MAX_ATTEMPTS: 2})
     default = await bob.subscribe(ns, ep.url)
     aged = await bob.subscribe(ns, ep.url, config={MAX_AGE_MS: 300, MAX_ATTEMPTS: 1000})
@@ -464,12 +456,9 @@ async def test_per_subscription_max_attempts_and_max_age(env: Env, endpoints: An
 
 
 async def test_not_reliable_error_answer_ends_the_subscription(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    ep = await endpoints(hook)
     ns = "com.example.unreliable"
-    await env.principals("alice", "bob")
-    alice, bob = env.pub("alice"), env.sub("bob")
-    await alice.register_publication(ns)
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob = env.sub("bob")
     r = await env.register("bob", namespace=ns, endpoint=ep.url, reliable=False)
     sub = r["Ok"]
     keep = await bob.subscribe(ns, ep.url)  # reliable, answered 200: unaffected
@@ -497,12 +486,9 @@ async def test_not_reliable_error_answer_ends_the_subscription(env: Env, endpoin
 
 
 async def test_not_reliable_on_error_deadletter(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    ep = await endpoints(hook)
     ns = "com.example.unreliable.dl"
-    await env.principals("alice", "bob")
-    alice, bob = env.pub("alice"), env.sub("bob")
-    await alice.register_publication(ns)
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob = env.sub("bob")
     r = await env.register(
         "bob", namespace=ns, endpoint=ep.url, reliable=False, config=[[ON_ERROR, {"Text": "deadletter"}]]
     )
@@ -525,12 +511,8 @@ async def test_not_reliable_on_error_deadletter(env: Env, endpoints: Any) -> Non
 
 
 async def test_not_reliable_no_answer_is_retried_not_ended(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    down = await endpoints(hook, start=False)  # connection refused until started
     ns = "com.example.unreliable.down"
-    await env.principals("alice", "bob")
-    alice = env.pub("alice")
-    await alice.register_publication(ns)
+    hook, down, alice = await hooked(env, endpoints, ns, "bob", start=False)  # connection refused until started
     r = await env.register(
         "bob", namespace=ns, endpoint=down.url, reliable=False, config=[[MAX_ATTEMPTS, {"Nat": 1000}]]
     )
@@ -556,12 +538,9 @@ async def test_not_reliable_no_answer_is_retried_not_ended(env: Env, endpoints: 
 
 
 async def test_gone_ends_a_reliable_subscription(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    ep = await endpoints(hook)
     ns = "com.example.gone"
-    await env.principals("alice", "bob")
-    alice, bob = env.pub("alice"), env.sub("bob")
-    await alice.register_publication(ns)
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob = env.sub("bob")
     sub = await bob.subscribe(ns, ep.url)  # reliable by default
     # bob keeps one subscription: icrc72_get_subscribers lists only principals that have one,
     # so without it his subscriber statistics could not be read.
@@ -586,18 +565,15 @@ async def test_gone_ends_a_reliable_subscription(env: Env, endpoints: Any) -> No
 
 
 async def test_retry_after_is_honoured(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    ep = await endpoints(hook)
     ns = "com.example.later"
-    await env.principals("alice", "bob")
-    alice, bob = env.pub("alice"), env.sub("bob")
-    await alice.register_publication(ns)
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob = env.sub("bob")
     s429 = await bob.subscribe(ns, ep.url)
     s503 = await bob.subscribe(ns, ep.url)
     s500 = await bob.subscribe(ns, ep.url)
-    hook.script[s429].append((429, {"Retry-After": "1"}))
-    hook.script[s503].append((503, {"Retry-After": "1"}))
-    hook.script[s500].append((500, {"Retry-After": "1"}))  # not 429/503: the header means nothing
+    hook.script[s429].append((429, {"Retry-After": "2"}))
+    hook.script[s503].append((503, {"Retry-After": "2"}))
+    hook.script[s500].append((500, {"Retry-After": "2"}))  # not 429/503: the header means nothing
 
     e1 = await alice.publish(ns, 1)
     for s in (s429, s503, s500):
@@ -608,9 +584,9 @@ async def test_retry_after_is_honoured(env: Env, endpoints: Any) -> None:
         assert first.ids == second.ids
         gaps[s] = second.at - first.at
     # retry_max_s is 0.1: only Retry-After can make the wait this long.
-    assert 0.8 <= gaps[s429] < 3.0, gaps
-    assert 0.8 <= gaps[s503] < 3.0, gaps
-    assert gaps[s500] < 0.5, gaps
+    assert 1.8 <= gaps[s429] < 5.0, gaps
+    assert 1.8 <= gaps[s503] < 5.0, gaps
+    assert gaps[s500] < 1.2, gaps  # retry_max_s, with room for a loaded machine
     for s in (s429, s503):
         stats = await env.sub_stats(s)
         assert (stats[RETRIES], stats[CONFIRMATIONS], stats[DEAD_LETTERS]) == (1, 1, 0)
@@ -769,12 +745,9 @@ async def test_metrics(env: Env, endpoints: Any) -> None:
 
 
 async def test_metrics_count_oneshot_confirmations(env: Env, endpoints: Any) -> None:
-    hook = Hook()
-    ep = await endpoints(hook)
     ns = "com.example.metrics.oneshot"
-    await env.principals("alice", "bob")
-    alice, bob = env.pub("alice"), env.sub("bob", "oneshot")
-    await alice.register_publication(ns)
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob = env.sub("bob", "oneshot")
     sub = await bob.subscribe(ns, ep.url)
     events = await alice.publish_many(ns, [1, 2])
     await eventually(lambda: hook.delivered(sub) == events)

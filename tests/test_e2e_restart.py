@@ -15,7 +15,7 @@ import pytest
 
 from tidings.client import Admin, EventNotification, Publisher, Subscriber
 
-from .conftest import ServerProcess, eventually
+from .conftest import ServerProcess, eventually, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
@@ -37,20 +37,12 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
-        batch = json.loads(body)
+        batch = json.loads(await read_body(receive))
         status = self.statuses.pop(0) if self.statuses else 200
         self.pushes.append((status, batch))
         if self.before_answer is not None:
             await self.before_answer(batch)
-        headers = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": b"null"})
+        await respond(send, status)
 
     def received(self, since: int = 0) -> list[dict[str, Any]]:
         """Notifications of the answered-2xx pushes, from push number ``since`` on."""

@@ -14,7 +14,7 @@ import pytest
 from tidings.client import Admin, EventNotification, ItemError, Publisher, Subscriber
 from tidings.core.webhooks import encode_secret, sign, verify
 
-from .conftest import ServerProcess, eventually
+from .conftest import ServerProcess, eventually, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
@@ -58,17 +58,11 @@ class Tee:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         statuses = [await _asgi_post(app, scope, body) for app in self.apps]
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.pushes.append((headers, body, statuses))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": b"null"})
+        await respond(send)
 
 
 async def api(server: ServerProcess, name: str, arg: Any) -> Any:

@@ -35,7 +35,7 @@ from tidings.client import (
     item_result,
 )
 
-from .conftest import ServerProcess, eventually
+from .conftest import ServerProcess, eventually, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
@@ -70,19 +70,13 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         sub = int(dict(scope["headers"])[b"x-tidings-subscription"])
         self.arrived[sub] += 1
         if sub in self.hold:
             await self.hold[sub].wait()
         self.by_sub[sub].extend(_decode_push(body))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": b"null"})
+        await respond(send)
 
     def ids(self, sub: int) -> list[int]:
         return [n.eventId for n in self.by_sub[sub]]

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import ServerProcess, eventually
+from .conftest import ServerProcess, admin_api, eventually, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
@@ -27,20 +27,6 @@ NS = "com.example.isolation"
 EVENTS = 200
 HANGING = 3
 PROMPT_S = 1.5
-
-
-async def read_body(receive: Any) -> bytes:
-    body = b""
-    while True:
-        msg = await receive()
-        body += msg.get("body", b"")
-        if not msg.get("more_body"):
-            return body
-
-
-async def answer(send: Any, status: int = 200) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": b"null"})
 
 
 class Hanging:
@@ -70,7 +56,7 @@ class Hanging:
             batch = json.loads(await read_body(receive))
             await self.release.wait()
             self.got[sub] += [n["eventId"] for n in batch]
-            await answer(send)
+            await respond(send)
         finally:
             self.open[sub] -= 1
             self.total_open -= 1
@@ -91,17 +77,7 @@ class Healthy:
         for n in batch:
             self.arrived.setdefault(n["eventId"], now)
             self.order.append(n["eventId"])
-        await answer(send)
-
-
-async def api(http: aiohttp.ClientSession, server: ServerProcess, method: str, arg: Any) -> Any:
-    async with http.post(
-        f"{server.url}/v1/{method}", data=json.dumps(arg),
-        headers={"authorization": f"Bearer {server.admin_token}"},
-    ) as resp:
-        body = await resp.json()
-        assert resp.status == 200, body
-        return body
+        await respond(send)
 
 
 async def test_hanging_subscriber_does_not_hold_up_others(
@@ -114,20 +90,20 @@ async def test_hanging_subscriber_does_not_hold_up_others(
     answered: dict[int, float] = {}
     try:
         async with aiohttp.ClientSession() as http:
-            (r,) = await api(http, server, "icrc72_register_publication", [{"namespace": NS, "config": []}])
+            (r,) = await admin_api(http, server, "icrc72_register_publication", [{"namespace": NS, "config": []}])
             assert "Ok" in r, r
             hang_subs = []
             for _ in range(HANGING):
-                (r,) = await api(http, server, "icrc72_register_subscription",
-                                 [{"namespace": NS, "endpoint": hang_ep.url, "mode": "trusted"}])
+                (r,) = await admin_api(http, server, "icrc72_register_subscription",
+                                       [{"namespace": NS, "endpoint": hang_ep.url, "mode": "trusted"}])
                 hang_subs.append(str(r["Ok"]))
-            (r,) = await api(http, server, "icrc72_register_subscription",
-                             [{"namespace": NS, "endpoint": ok_ep.url, "mode": "trusted"}])
+            (r,) = await admin_api(http, server, "icrc72_register_subscription",
+                                   [{"namespace": NS, "endpoint": ok_ep.url, "mode": "trusted"}])
             assert "Ok" in r, r
 
             t0 = time.monotonic()
             for i in range(EVENTS):
-                (r,) = await api(http, server, "icrc72_publish", [{"namespace": NS, "data": {"Nat": i}}])
+                (r,) = await admin_api(http, server, "icrc72_publish", [{"namespace": NS, "data": {"Nat": i}}])
                 answered[r["Ok"][0]] = time.monotonic()
                 # About 2 s in all, whatever a publish costs.
                 await asyncio.sleep(max(0.0, t0 + (i + 1) * 2.0 / EVENTS - time.monotonic()))

@@ -7,6 +7,7 @@ source are replaced, and the subscriber is a real HTTP endpoint.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from tidings.core.wire import Event, PublicationRegistration, SubscriptionRegist
 from tidings.settings import Settings
 from tidings.store import MemoryStore, PrincipalRecord
 
-from .conftest import eventually
+from .conftest import eventually, read_body, respond
 
 ADMIN = PrincipalRecord(name="admin", admin=True)
 
@@ -53,19 +54,9 @@ class Scripted:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            m = await receive()
-            body += m.get("body", b"")
-            if not m.get("more_body"):
-                break
-        import json
-
-        self.pushes.append([n["id"] for n in json.loads(body)])
+        self.pushes.append([n["id"] for n in json.loads(await read_body(receive))])
         status, headers = self.script.pop(0) if self.script else (200, {})
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
-        await send({"type": "http.response.body", "body": b""})
+        await respond(send, status, b"", headers.items(), content_type=None)
 
 
 @pytest.fixture
