@@ -64,14 +64,16 @@ def latency_body(t_ns: int) -> bytes:
             % (t_ns, b"x" * 24))
 
 
-async def latency(srv: Server, rate: float, seconds: float) -> dict[str, float]:
-    """Single-event publishes at ``rate``/s for ``seconds``; each event carries the time of
-    its publish call, and the subscriber's handler (SDK ``Subscriber`` on uvicorn, trusted
-    mode) records the time from that call to itself."""
-    lat_ms: list[float] = []
+async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0) -> dict[str, float]:
+    """Single-event publishes at ``rate``/s for ``warmup`` + ``seconds``; each event carries
+    the time of its publish call, and the subscriber's handler (SDK ``Subscriber`` on
+    uvicorn, trusted mode) records the time from that call to itself. Events published in
+    the first ``warmup`` seconds are not counted."""
+    samples: list[tuple[int, float]] = []
 
     async def handle(n: EventNotification) -> None:
-        lat_ms.append((time.perf_counter_ns() - n.data["Map"][0][1]["Nat"]) / 1e6)
+        t = n.data["Map"][0][1]["Nat"]
+        samples.append((t, (time.perf_counter_ns() - t) / 1e6))
 
     sub = Subscriber(handle, url=srv.url, token=srv.token, dedupe=False)
     port = free_port()
@@ -84,7 +86,8 @@ async def latency(srv: Server, rate: float, seconds: float) -> dict[str, float]:
         async with aiohttp.ClientSession(headers=headers) as s:
             await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
             await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
-            n = int(rate * seconds)
+            n = int(rate * (seconds + warmup))
+            start_ns = time.perf_counter_ns() + int(warmup * 1e9)
             interval = 1 / rate
             t_next = time.perf_counter()
             pending: set[asyncio.Task[None]] = set()
@@ -102,13 +105,14 @@ async def latency(srv: Server, rate: float, seconds: float) -> dict[str, float]:
                 await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
             await asyncio.gather(*pending)
             deadline = time.monotonic() + 10
-            while len(lat_ms) < n and time.monotonic() < deadline:
+            while len(samples) < n and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
     finally:
         server.should_exit = True
         await task
         await sub.close()
-    return {"rate": rate, "sent": n, **percentiles(lat_ms)}
+    lat_ms = [ms for t, ms in samples if t >= start_ns]
+    return {"rate": rate, "sent": n, "warmup_s": warmup, **percentiles(lat_ms)}
 
 
 def percentiles(lat_ms: list[float]) -> dict[str, float]:

@@ -1,0 +1,316 @@
+"""The scenarios of ``python -m bench``: each runs tidings and its peers side by side.
+
+A scenario is an async function taking the run's :class:`Settings` and returning
+:class:`Row` s, tidings' first. Every system's run is bounded (its own duration or count
+and a timeout) and cleans up after itself; a peer that is unavailable or fails gives a
+row that says so instead of a figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import peers as P
+from bench._harness import Server
+
+# About 120 bytes of JSON: what every system stores in the publish and fan-out scenarios.
+EVENT: dict[str, Any] = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {"Text": "x" * 32}]]}}
+PAYLOAD = json.dumps(EVENT).encode()
+FANOUT_SUBS = 100
+LATENCY_WARMUP = 0.25  # seconds at the latency scenario's rate whose events are not counted
+
+
+@dataclass
+class Settings:
+    quick: bool
+    seconds: float
+    clients: int
+    rate: float | None
+    fanout_events: int
+    memory_events: int
+    memory_subs: int
+    peers: dict[str, P.Peer]
+    # filled in while running: tidings' single-event publish rate, for the latency rate
+    tidings_max_single: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "peers"}
+        d["payload_bytes"] = len(PAYLOAD)
+        d["fanout_subscribers"] = FANOUT_SUBS
+        d["latency_warmup_s"] = LATENCY_WARMUP
+        return d
+
+
+@dataclass
+class Row:
+    scenario: str
+    system: str
+    how: str
+    unit: str
+    figures: dict[str, float] = field(default_factory=dict)
+    """The figure(s) the table shows, e.g. ``{"events/s": 1234}`` or p50/p99/p99.9."""
+    ratios: dict[str, float] = field(default_factory=dict)
+    """tidings / this row, per figure (filled in for peer rows)."""
+    skipped: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+async def _guard(scenario: str, system: str, how: str, unit: str, timeout: float,
+                 run: Callable[[], Awaitable[dict[str, Any]]],
+                 figures: Callable[[dict[str, Any]], dict[str, float]], peer: P.Peer | None = None) -> Row:
+    row = Row(scenario, system, how, unit)
+    if peer is not None and not peer.ok:
+        row.skipped = peer.error or peer.status
+        log(f"  [{scenario}] {system}: skipped: {row.skipped}")
+        return row
+    t0 = time.monotonic()
+    try:
+        row.details = await asyncio.wait_for(run(), timeout)
+        row.figures = figures(row.details)
+    except ImportError as e:
+        row.skipped = f"client not installed ({e.name})"
+    except Exception as e:  # a failing system is reported in its row, never fatal
+        row.skipped = f"failed: {type(e).__name__}: {str(e)[:160]}"
+    shown = row.skipped or ", ".join(f"{k} {v:g}" for k, v in row.figures.items())
+    log(f"  [{scenario}] {system} ({how}): {shown}  [{time.monotonic() - t0:.1f} s]")
+    return row
+
+
+# -- a. durable publish throughput ---------------------------------------------------------
+
+
+async def publish(s: Settings, batch: int) -> list[Row]:
+    from bench.live_plane import throughput
+
+    name = f"publish-{batch}"
+    unit = "events/s"
+    timeout = s.seconds + 60
+
+    def fig(d: dict[str, Any]) -> dict[str, float]:
+        return {"events/s": d["events_per_s"]}
+
+    async def run_tidings() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+            return await throughput(srv, s.clients, batch, s.seconds, event=EVENT)
+
+    how = f"HTTP, {batch} event{'s' if batch > 1 else ''}/request, SQLite synchronous=FULL"
+    rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
+    if batch == 1 and rows[0].figures:
+        s.tidings_max_single = rows[0].figures["events/s"]
+    for key, (how1, howb, fn) in P.PUBLISH.items():
+        peer = s.peers[key]
+        how = how1 if batch == 1 else howb.format(b=batch)
+
+        async def run(fn: Callable[..., Awaitable[dict[str, Any]]] = fn) -> dict[str, Any]:
+            return await fn(PAYLOAD, s.clients, batch, s.seconds)
+
+        rows.append(await _guard(name, peer.name, how, unit, timeout, run, fig, peer))
+    for r in rows:
+        r.details.setdefault("clients", s.clients)
+    return rows
+
+
+async def publish_1(s: Settings) -> list[Row]:
+    return await publish(s, 1)
+
+
+async def publish_100(s: Settings) -> list[Row]:
+    return await publish(s, 100)
+
+
+# -- b. fan-out ----------------------------------------------------------------------------
+
+
+async def fanout(s: Settings) -> list[Row]:
+    from bench.subscriptions import fanout as tidings_fanout
+
+    name, unit = "fanout", "notifications/s"
+    deadline = max(20.0, 6 * s.seconds)
+    timeout = deadline + 60
+
+    def fig(d: dict[str, Any]) -> dict[str, float]:
+        return {"notifications/s": d["notifications_per_s"]}
+
+    async def run_tidings() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+            return await tidings_fanout(srv, FANOUT_SUBS, 1.0, s.fanout_events, data=EVENT["data"], timeout=deadline)
+
+    how = f"{FANOUT_SUBS} trusted HTTP endpoints (one uvicorn), no filter"
+    rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
+    for key, (how_p, fn) in P.FANOUT.items():
+        peer = s.peers[key]
+
+        async def run(fn: Callable[..., Awaitable[dict[str, Any]]] = fn) -> dict[str, Any]:
+            return await fn(PAYLOAD, FANOUT_SUBS, s.fanout_events, deadline)
+
+        rows.append(await _guard(name, peer.name, how_p.format(n=FANOUT_SUBS), unit, timeout, run, fig, peer))
+    for r in rows:
+        if r.details and r.details.get("delivered", 0) < r.details.get("expected", 0):
+            r.details["incomplete"] = True
+    return rows
+
+
+# -- c. latency ----------------------------------------------------------------------------
+
+
+def _lat_fig(d: dict[str, Any]) -> dict[str, float]:
+    if not d.get("received"):
+        raise RuntimeError("nothing received")
+    return {"p50": d["p50_ms"], "p99": d["p99_ms"], "p99.9": d["p999_ms"]}
+
+
+async def latency(s: Settings) -> list[Row]:
+    from bench.live_plane import latency as tidings_latency
+    from bench.live_plane import throughput
+
+    name, unit = "latency", "ms"
+    timeout = 2 * s.seconds + 60
+    rate = s.rate
+    basis = "--rate"
+    if rate is None:
+        if s.tidings_max_single is None:
+            log("  [latency] measuring tidings' single-event publish rate first (1 s)")
+            with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+                s.tidings_max_single = (await throughput(srv, s.clients, 1, 1.0, event=EVENT))["events_per_s"]
+        rate = max(10.0, round(s.tidings_max_single / 2))
+        basis = f"50% of tidings' {s.tidings_max_single:g} events/s single-event publish"
+
+    async def run_tidings() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+            return await tidings_latency(srv, rate, s.seconds, warmup=LATENCY_WARMUP)
+
+    rows = [await _guard(name, "tidings", f"publish -> SDK Subscriber handler at {rate:g}/s", unit, timeout,
+                         run_tidings, _lat_fig)]
+    for key, (how, fn) in P.LATENCY.items():
+        peer = s.peers[key]
+
+        async def run(fn: Callable[..., Awaitable[dict[str, Any]]] = fn) -> dict[str, Any]:
+            return await fn(rate, s.seconds, LATENCY_WARMUP)
+
+        rows.append(await _guard(name, peer.name, f"{how} at {rate:g}/s", unit, timeout, run, _lat_fig, peer))
+    for r in rows:
+        r.details["rate_basis"] = basis
+    return rows
+
+
+# -- d. placeholders -----------------------------------------------------------------------
+
+
+async def replay(s: Settings) -> list[Row]:
+    return [Row("replay", "tidings", "replay rate from the hot log", "events/s", skipped="not built yet (issue 8)")]
+
+
+async def dedup(s: Settings) -> list[Row]:
+    return [Row("dedup", "tidings", "distributor dedup checks", "checks/s", skipped="not built yet (issue 9)")]
+
+
+# -- e. memory -----------------------------------------------------------------------------
+
+
+async def _populate(srv: Server, events: int, subs: int, clients: int, deadline: float) -> dict[str, Any]:
+    """``events`` events in calls of 1,000 (``clients`` concurrent), then ``subs`` stopped
+    subscriptions in calls of 500 pointing at a closed port (nothing is pushed). Events
+    first: every stored event is then already there when the subscriptions are, and the
+    load is not slowed by the per-event work that registered subscriptions cost."""
+    import aiohttp
+
+    from bench._harness import free_port, post
+
+    headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
+    closed = free_port()  # nothing listens there; the subscriptions are stopped anyway
+    async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=clients)) as s:
+        await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.mem"}]')
+        event = dict(EVENT, namespace="bench.mem")
+        stored = claimed = 0
+        t0 = time.monotonic()
+
+        async def client() -> None:
+            nonlocal stored, claimed
+            while claimed < events and time.monotonic() < deadline:
+                n = min(1000, events - claimed)
+                claimed += n
+                out = json.loads(await post(s, srv.url, "icrc72_publish", json.dumps([event] * n).encode()))
+                ok = sum(1 for r in out if r and "Ok" in r)
+                stored += ok
+                claimed -= n - ok
+                if ok < n:
+                    await asyncio.sleep(0.05)  # Busy: let the writer catch up
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+        load_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        made = 0
+        for i in range(0, subs, 500):
+            if time.monotonic() > deadline:
+                break
+            regs = [{"namespace": "bench.mem", "endpoint": f"http://127.0.0.1:{closed}/s{j}", "stopped": True}
+                    for j in range(i, min(i + 500, subs))]
+            out = json.loads(await post(s, srv.url, "icrc72_register_subscription", json.dumps(regs).encode()))
+            made += sum(1 for r in out if r and "Ok" in r)
+        subs_s = time.monotonic() - t0
+    return {"events": stored, "load_seconds": round(load_s, 2), "load_events_per_s": round(stored / load_s),
+            "subscriptions": made, "subscribe_seconds": round(subs_s, 2)}
+
+
+async def _steady_rss(pid: int, settle: float) -> int:
+    """RSS once two samples 0.5 s apart differ by under 1% (at most ``settle`` seconds)."""
+    from bench._harness import rss_bytes
+
+    prev = rss_bytes(pid)
+    end = time.monotonic() + settle
+    while time.monotonic() < end:
+        await asyncio.sleep(0.5)
+        cur = rss_bytes(pid)
+        if abs(cur - prev) < 0.01 * prev:
+            return cur
+        prev = cur
+    return prev
+
+
+async def memory(s: Settings) -> list[Row]:
+    name, unit = "memory", "MB RSS"
+
+    async def run() -> dict[str, Any]:
+        import psutil  # noqa: F401  (the row says "client not installed" without it)
+
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d:
+            with Server(Path(d)) as srv:
+                loaded = await _populate(srv, s.memory_events, s.memory_subs, s.clients,
+                                         time.monotonic() + (120 if s.quick else 600))
+                assert srv.proc is not None
+                loaded["rss_loaded_mb"] = round(await _steady_rss(srv.proc.pid, 5) / 2**20, 1)
+            loaded["store_mb"] = round(sum(f.stat().st_size for f in Path(d).glob("tidings.db*")) / 2**20, 1)
+            t0 = time.monotonic()
+            with Server(Path(d)) as srv:
+                loaded["restart_seconds"] = round(time.monotonic() - t0, 2)
+                assert srv.proc is not None
+                loaded["rss_restarted_mb"] = round(await _steady_rss(srv.proc.pid, 10) / 2**20, 1)
+            return loaded
+
+    row = await _guard(name, "tidings", f"{s.memory_events:,} events, {s.memory_subs:,} stopped subscriptions",
+                       unit, 1200, run,
+                       lambda d: {"after restart": d["rss_restarted_mb"], "after loading": d["rss_loaded_mb"]})
+    return [row]
+
+
+SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
+    "publish-1": publish_1,
+    "publish-100": publish_100,
+    "fanout": fanout,
+    "latency": latency,
+    "replay": replay,
+    "dedup": dedup,
+    "memory": memory,
+}
