@@ -506,6 +506,11 @@ async def test_not_reliable_on_error_deadletter(env: Env, endpoints: Any) -> Non
     await eventually(lambda: hook.delivered(sub) == [e2])  # delivery goes on
     assert sub in await env.subscription_ids()
     assert (await env.subscriber_stats("bob"))[ENDED] == 0
+
+    async def confirmed() -> bool:  # committed just after the endpoint answers
+        return (await env.sub_stats(sub))[CONFIRMATIONS] == 1
+
+    await eventually(confirmed, timeout=5)
     stats = await env.sub_stats(sub)
     assert (stats[NOTIFICATIONS], stats[CONFIRMATIONS], stats[DEAD_LETTERS]) == (2, 1, 1)
 
@@ -588,6 +593,11 @@ async def test_retry_after_is_honoured(env: Env, endpoints: Any) -> None:
     assert 1.8 <= gaps[s503] < 5.0, gaps
     assert gaps[s500] < 1.2, gaps  # retry_max_s, with room for a loaded machine
     for s in (s429, s503):
+        # The confirmation is committed just after the endpoint answers: wait for it.
+        async def settled(s: int = s) -> bool:
+            return (await env.sub_stats(s))[CONFIRMATIONS] == 1
+
+        await eventually(settled, timeout=5)
         stats = await env.sub_stats(s)
         assert (stats[RETRIES], stats[CONFIRMATIONS], stats[DEAD_LETTERS]) == (1, 1, 0)
 

@@ -118,6 +118,8 @@ class Delivery:
         self.signer: Callable[[int, str, bytes], dict[str, str]] | None = None
         """Signs a push: (subscription id, message id, body) -> headers to add."""
         self._workers: dict[int, _Worker] = {}
+        # Workers by the namespace or pattern they subscribe to, so a publish wakes only its own.
+        self._by_namespace: dict[str, dict[int, _Worker]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -191,12 +193,18 @@ class Delivery:
             return
         w = _Worker(self, sub)
         self._workers[sub.id] = w
+        self._by_namespace.setdefault(sub.namespace, {})[sub.id] = w
         task = self._tg.create_task(w.run(), name=f"tidings-sub-{sub.id}")
         self._tasks[sub.id] = task
         task.add_done_callback(functools.partial(self._forget, sub.id))
 
     def _forget(self, sub_id: int, _task: object = None) -> None:
-        self._workers.pop(sub_id, None)
+        w = self._workers.pop(sub_id, None)
+        if w is not None:
+            group = self._by_namespace.get(w.sub.namespace, {})
+            group.pop(sub_id, None)
+            if not group:
+                self._by_namespace.pop(w.sub.namespace, None)
         self._tasks.pop(sub_id, None)
 
     def remove(self, sub_id: int) -> None:
@@ -205,11 +213,15 @@ class Delivery:
             task.cancel()
 
     def wake(self, events: Sequence[StoredEvent]) -> None:
+        """Wake the workers these events concern; a stopped one is woken when started."""
         namespaces = {e.namespace for e in events}
-        for w in self._workers.values():
-            ns = w.sub.namespace
-            if ns in namespaces or (is_pattern(ns) and any(map(self.registry.matcher(ns), namespaces))):
-                w.wakeup.set()
+        configs = self.registry.sub_configs
+        for key, group in self._by_namespace.items():
+            if key in namespaces or (is_pattern(key) and any(map(self.registry.matcher(key), namespaces))):
+                for sub_id, w in group.items():
+                    conf = configs.get(sub_id)
+                    if conf is None or not conf.stopped:
+                        w.wakeup.set()
 
     def redrive(self, notes: Sequence[PendingNotification]) -> None:
         """Dead letters made pending again: their subscriptions' workers send them next."""
