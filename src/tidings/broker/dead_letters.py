@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 
 from ..core.wire import DeadLetterInfo, DeadLetterQuery, ItemResult, err, ok
-from ..store import PrincipalRecord, Stat, Store
+from ..store import DeadLetter, PrincipalRecord, Stat, Store
 from .delivery import Delivery
 from .orchestrator import Orchestrator
 
@@ -50,10 +50,13 @@ class DeadLetters:
             for d in letters
         ]
 
-    async def _resolve(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult | None]:
-        """Per id: None if the caller may act on it, else the error."""
+    async def _resolve(
+        self, caller: PrincipalRecord, ids: Sequence[int]
+    ) -> tuple[list[ItemResult | None], dict[int, DeadLetter]]:
+        """Per id: None if the caller may act on it, else the error; and the letters it may."""
         found = {d.id: d for d in await self._store.list_dead_letters(None)} if ids else {}
         out: list[ItemResult | None] = []
+        allowed: dict[int, DeadLetter] = {}
         for i in ids:
             d = found.get(i)
             sub = self._orch.subscriptions.get(d.subscription_id) if d is not None else None
@@ -63,28 +66,28 @@ class DeadLetters:
                 out.append(err("Unauthorized", f"dead letter {i} is not of a subscription of {caller.name}"))
             else:
                 out.append(None)
-        return out
+                allowed[i] = d
+        return out, allowed
+
+    @staticmethod
+    def _answer(ids: Sequence[int], refused: list[ItemResult | None], done: set[int]) -> list[ItemResult | None]:
+        return [r if r is not None else ok(True) if i in done else err("NotFound", f"no dead letter {i}")
+                for i, r in zip(ids, refused, strict=True)]
 
     async def redrive(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult | None]:
         """``tidings_redrive_dead_letters``: send them again."""
-        results = await self._resolve(caller, ids)
-        allowed = [i for i, r in zip(ids, results, strict=True) if r is None]
-        back = {p.id for p in await self._store.redrive_dead_letters(allowed, time.time_ns())}
-        notes = await self._store.get_notifications(sorted(back))
-        self._delivery.redrive(notes)
-        return [r if r is not None else ok(True) if i in back else err("NotFound", f"no dead letter {i}")
-                for i, r in zip(ids, results, strict=True)]
+        refused, allowed = await self._resolve(caller, ids)
+        back = await self._store.redrive_dead_letters(list(allowed), time.time_ns())
+        self._delivery.redrive(back)
+        return self._answer(ids, refused, {p.id for p in back})
 
     async def drop(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult | None]:
         """``tidings_drop_dead_letters``: delete them for good (counted as dropped)."""
-        results = await self._resolve(caller, ids)
-        allowed = [i for i, r in zip(ids, results, strict=True) if r is None]
-        letters = {d.id: d for d in await self._store.list_dead_letters(None) if d.id in set(allowed)}
+        refused, allowed = await self._resolve(caller, ids)
         stats = [
             Stat(scope, key, f"tidings:{scope}:stats:dropped")
-            for d in letters.values()
+            for d in allowed.values()
             for scope, key in (("subscription", str(d.subscription_id)), ("subscriber", d.subscriber))
         ]
-        gone = set(await self._store.drop_dead_letters(allowed, stats))
-        return [r if r is not None else ok(True) if i in gone else err("NotFound", f"no dead letter {i}")
-                for i, r in zip(ids, results, strict=True)]
+        gone = set(await self._store.drop_dead_letters(list(allowed), stats))
+        return self._answer(ids, refused, gone)
