@@ -34,14 +34,21 @@ EVENT = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {
 
 
 async def throughput(srv: Server, clients: int, batch: int, seconds: float,
-                     event: dict[str, Any] | None = None) -> dict[str, float]:
+                     event: dict[str, Any] | None = None, schema: tuple[str, Any] | None = None) -> dict[str, float]:
     """``clients`` concurrent publishers posting ``batch`` copies of ``event`` (namespace
-    ``bench.tp``) per request for ``seconds``; counts the events answered ``Ok``."""
+    ``bench.tp``) per request for ``seconds``; counts the events answered ``Ok``. With
+    ``schema`` (format, model), the publication is bound to it and every event validated."""
     event = EVENT if event is None else event
     headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
     conn = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(headers=headers, connector=conn) as s:
-        await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.tp"}]')
+        config: list[Any] = []
+        if schema is not None:
+            reg = [{"format": schema[0], "model": json.dumps(schema[1])}]
+            (r,) = json.loads(await post(s, srv.url, "register_schema", json.dumps(reg).encode()))
+            config = [["tidings:publication:schema", {"Nat": r["Ok"]["id"]}]]
+        pub = [{"namespace": "bench.tp", "config": config}]
+        await post(s, srv.url, "icrc72_register_publication", json.dumps(pub).encode())
         body = json.dumps([event] * batch).encode()
         count = 0
         stop = time.monotonic() + seconds

@@ -24,6 +24,13 @@ from bench._harness import Server
 # About 120 bytes of JSON: what every system stores in the publish and fan-out scenarios.
 EVENT: dict[str, Any] = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {"Text": "x" * 32}]]}}
 PAYLOAD = json.dumps(EVENT).encode()
+JSON_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["i", "name"],
+    "properties": {"i": {"type": "integer", "minimum": 0}, "name": {"type": "string", "maxLength": 64}},
+}
+AVRO_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": "Bench", "fields": [{"name": "i", "type": "long"}, {"name": "name", "type": "string"}],
+}
 FANOUT_SUBS = 100
 LATENCY_WARMUP = 0.25  # seconds at the latency scenario's rate whose events are not counted
 
@@ -107,6 +114,15 @@ async def publish(s: Settings, batch: int) -> list[Row]:
 
     how = f"HTTP, {batch} event{'s' if batch > 1 else ''}/request, SQLite synchronous=FULL"
     rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
+    if batch > 1:  # the cost of validating every event against a bound schema
+        for fmt, model in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA)):
+
+            async def run_schema(fmt: str = fmt, model: Any = model) -> dict[str, Any]:
+                with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+                    return await throughput(srv, s.clients, batch, s.seconds, event=EVENT, schema=(fmt, model))
+
+            rows.append(await _guard(name, f"tidings + {fmt} schema", how + ", every event validated", unit,
+                                     timeout, run_schema, fig))
     if batch == 1 and rows[0].figures:
         s.tidings_max_single = rows[0].figures["events/s"]
     for key, (how1, howb, fn) in P.PUBLISH.items():

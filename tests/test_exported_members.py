@@ -9,11 +9,13 @@ CLIENT = {
     "Admin", "ApiResponseError", "ClientError", "ConfirmResult", "Event", "EventNotification", "Handler",
     "ItemError", "ItemResult", "Principal", "Publisher", "Subscriber", "SyncAdmin", "SyncPublisher",
     "TransportError", "Value", "from_python", "item_result", "to_python",
+    "SchemaWarning", "Schemas", "SyncSchemas", "schema_result",
 }
 
 STORE = {
     "DeadLetter", "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord", "PublicationRecord",
     "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord", "SubscriptionSecret",
+    "SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaVersion",
 }
 
 
@@ -39,4 +41,5 @@ def test_store_interface_methods() -> None:
         "get_notifications", "pending", "pending_counts", "last_notification_id", "count_attempt",
         "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters",
         "add_stats", "stats", "stat_keys",
+        "load_schemas", "create_schema", "save_schema", "put_schema_setting", "schema_changes", "trim_events",
     }

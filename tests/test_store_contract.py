@@ -16,6 +16,9 @@ from tidings.store import (
     NewEvent,
     PrincipalRecord,
     PublicationRecord,
+    SchemaChange,
+    SchemaRecord,
+    SchemaVersion,
     SQLiteStore,
     Stat,
     Store,
@@ -551,3 +554,59 @@ async def test_stat_keys(store: Store) -> None:
     )
     assert await store.stat_keys("subscriber") == ["al", "bob"]
     assert await store.stat_keys("nothing") == []
+
+
+# -- the schema registry's tables --------------------------------------------------------
+
+
+async def test_schemas_get_ids_never_reused_and_round_trip(store: Store) -> None:
+    change = SchemaChange(schema_id=None, at=5, by="alice", action="register")
+    a = await store.create_schema(
+        SchemaRecord(format="JSON", model='{"type":"object"}', canonical="c1", created_at=5, created_by="alice"),
+        [SchemaVersion(name="pay.transfer", version=1, schema_id=0, created_at=5)], change,
+    )
+    b = await store.create_schema(
+        SchemaRecord(format="AVRO", model='"string"', canonical="c2", replaces=a.id), [],
+        SchemaChange(schema_id=None, at=6, by="bob", action="register"),
+    )
+    assert (a.id, b.id) == (1, 2)
+    b.deleted_at, b.state, b.retention_s = 9, "Retracted", 60
+    await store.save_schema(b, [SchemaVersion(name="pay.transfer", version=2, schema_id=b.id, created_at=6)],
+                            [SchemaChange(schema_id=b.id, at=9, by="root", action="delete", detail="x")])
+    await store.put_schema_setting("limits", {"max_count": 3}, SchemaChange(schema_id=None, at=10, by="root",
+                                                                             action="limits"))
+    c = await store.create_schema(SchemaRecord(format="JSON", model="{}", canonical="c3"), [],
+                                  SchemaChange(schema_id=None, at=11, by="c", action="register"))
+    assert c.id == 3
+    snap = await store.load_schemas()
+    assert [(r.id, r.state, r.deleted_at, r.retention_s, r.replaces) for r in snap.schemas] == [
+        (1, "Active", None, None, None), (2, "Retracted", 9, 60, 1), (3, "Active", None, None, None),
+    ]
+    assert [(v.name, v.version, v.schema_id) for v in snap.versions] == [("pay.transfer", 1, 1), ("pay.transfer", 2, 2)]
+    assert snap.settings == {"limits": {"max_count": 3}}
+    log = await store.schema_changes(None)
+    assert [(x.seq, x.schema_id, x.by, x.action) for x in log] == [
+        (1, 1, "alice", "register"), (2, 2, "bob", "register"), (3, 2, "root", "delete"),
+        (4, None, "root", "limits"), (5, 3, "c", "register"),
+    ]
+    assert [x.seq for x in await store.schema_changes(2)] == [2, 3]
+    assert [x.seq for x in await store.schema_changes(None, after=3, limit=1)] == [4]
+    await store.put_schema_setting("limits", None, SchemaChange(schema_id=None, at=12, by="root", action="limits"))
+    assert (await store.load_schemas()).settings == {}
+
+
+async def test_trim_events_keeps_what_is_still_owed_and_the_chain(store: Store) -> None:
+    await store.create_publication(PublicationRecord(namespace="a", owner="o"))
+    old = await store.append([ev("a", 1), ev("a", 2), ev("b", 3), ev("a", 4)])  # timestamps 1001..1004
+    sid = (await store.create_subscription(sub("a"))).id
+    await store.open_notifications(sid, old[1:2], cursor=2)
+    assert await store.trim_events("a", 1004) == 1  # event 2 is owed to the subscription; b is not "a"
+    assert [e.seq for e in await store.read_after(0)] == [2, 3, 4]
+    assert await store.read_seqs([1, 2]) == [old[1]]
+    assert await store.count_events("a") == 2
+    # The log's last event stays even when it is old, and ids go on from the chain's end.
+    assert await store.trim_events("a", 10_000) == 0
+    new = await store.append([ev("a", 5)])
+    assert (new[0].seq, new[0].id, new[0].prev_id) == (5, 4, 3)
+    assert await store.trim_events("a", 10_000) == 1
+    assert [e.seq for e in await store.read_after(0)] == [2, 3, 5]

@@ -6,6 +6,8 @@
     tidings principal create NAME [--admin] [--data-dir D]
     tidings principal token NAME [--data-dir D]
     tidings principal list [--data-dir D]
+    tidings dead-letters list|redrive|drop ...
+    tidings schema register|get|list|versions|deprecate|retract|delete|retention|... (see _cli_schema)
 
 ``principal`` commands work on the embedded store directly (also while the server
 runs), so the first tokens can be made before any exists.
@@ -24,6 +26,7 @@ from pathlib import Path
 import msgspec
 
 from . import __version__
+from ._cli_schema import add_schema_parser, run_schema
 from .errors import TidingsError
 from .settings import Settings
 
@@ -54,11 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("--data-dir", type=Path)
 
     dl = sub.add_parser("dead-letters", help="list, redrive or drop dead letters (through the API)")
-    dl.add_argument("--url", default=os.environ.get("TIDINGS_URL", "http://127.0.0.1:8072"),
-                    help="the service (env TIDINGS_URL)")
-    dl.add_argument("--token", default=os.environ.get("TIDINGS_TOKEN"),
-                    help="bearer token (env TIDINGS_TOKEN; default: the admin token in --data-dir)")
-    dl.add_argument("--data-dir", type=Path)
+    _api_options(dl)
     # The same options after the action (``dead-letters redrive 7 --url U``); SUPPRESS
     # keeps those given before it when they are not repeated.
     after = argparse.ArgumentParser(add_help=False)
@@ -72,7 +71,32 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_ in (("redrive", "send dead letters again"), ("drop", "delete dead letters for good")):
         d = dsub.add_parser(name, help=help_, parents=[after])
         d.add_argument("ids", type=int, nargs="+")
+
+    schema_common = argparse.ArgumentParser(add_help=False)
+    schema_common.add_argument("--url", default=argparse.SUPPRESS, help="the service (env TIDINGS_URL)")
+    schema_common.add_argument("--token", default=argparse.SUPPRESS, help="bearer token (env TIDINGS_TOKEN)")
+    schema_common.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS)
+    add_schema_parser(sub, schema_common)
     return p
+
+
+def _api_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=os.environ.get("TIDINGS_URL", "http://127.0.0.1:8072"),
+                   help="the service (env TIDINGS_URL)")
+    p.add_argument("--token", default=os.environ.get("TIDINGS_TOKEN"),
+                   help="bearer token (env TIDINGS_TOKEN; default: the admin token in --data-dir)")
+    p.add_argument("--data-dir", type=Path)
+
+
+def _api_token(args: argparse.Namespace) -> str | None:
+    token: str | None = getattr(args, "token", None) or os.environ.get("TIDINGS_TOKEN")
+    if token is None:
+        path = Settings.from_env(data_dir=getattr(args, "data_dir", None)).data_dir / "admin.token"
+        if path.exists():
+            token = path.read_text().strip()
+    if token is None:
+        print("tidings: give --token (or TIDINGS_TOKEN)", file=sys.stderr)
+    return token
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "dead-letters":
             return asyncio.run(_dead_letters(args))
+        if args.command == "schema":
+            token = _api_token(args)
+            if token is None:
+                return 2
+            url = getattr(args, "url", None) or os.environ.get("TIDINGS_URL", "http://127.0.0.1:8072")
+            return asyncio.run(run_schema(args, url, token))
         return asyncio.run(_principal(args))
     except TidingsError as e:
         print(f"tidings: {e}", file=sys.stderr)
@@ -133,13 +163,9 @@ async def _principal(args: argparse.Namespace) -> int:
 async def _dead_letters(args: argparse.Namespace) -> int:
     from .client import Subscriber
 
-    token = args.token
+    token = _api_token(args)
     if token is None:
-        path = Settings.from_env(data_dir=args.data_dir).data_dir / "admin.token"
-        if not path.exists():
-            print("tidings: give --token (or TIDINGS_TOKEN)", file=sys.stderr)
-            return 2
-        token = path.read_text().strip()
+        return 2
     client = Subscriber(lambda n: None, url=args.url, token=token)
     try:
         if args.action == "list":

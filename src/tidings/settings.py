@@ -72,6 +72,10 @@ class Settings:
     """After ``tidings_rotate_subscription_secret``, how long the old secrets keep signing
     pushes (unless the call says otherwise)."""
 
+    retention_interval_s: float = 60.0
+    """How often events past their schema's retention are trimmed from the log (0: never on
+    a timer; ``tidings_apply_retention`` still does it on demand)."""
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``TIDINGS_*`` variables, then ``overrides`` (``None`` values ignored)."""

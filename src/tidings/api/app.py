@@ -20,6 +20,8 @@ from starlette.routing import Route
 
 from ..broker import Broker
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ._method import Reply
+from .confluent import confluent_routes
 from .methods import METHODS
 from .openapi import openapi_document
 
@@ -98,6 +100,8 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         except Exception:
             log.exception("%s failed", name)
             return error_response(500, "internal", "internal error; the server log has the details")
+        if isinstance(result, Reply):
+            return Response(_encode(result.body), media_type=_JSON, headers=result.headers)
         return Response(_encode(result), media_type=_JSON)
 
     async def method_not_allowed(request: Request) -> Response:
@@ -138,6 +142,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             Route("/docs", docs, methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
+            *confluent_routes(broker),
         ],
         exception_handlers={404: not_found, 500: server_error},
         lifespan=lifespan,

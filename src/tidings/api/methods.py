@@ -7,10 +7,7 @@ additions are prefixed ``tidings_``. The OpenAPI document is generated from this
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
-
-import msgspec
 
 from ..broker import Broker
 from ..core.wire import (
@@ -39,32 +36,10 @@ from ..core.wire import (
 )
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord
+from ._method import Handler, Method, Reply
+from .schema_methods import SCHEMA_METHODS
 
 __all__ = ["METHODS", "Method"]
-
-Handler = Callable[[Broker, PrincipalRecord, Any], Awaitable[Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class Method:
-    name: str
-    arg: Any
-    result: Any
-    handler: Handler
-    summary: str
-    empty_arg: Any = msgspec.UNSET
-    """What an empty body means; UNSET if a body is required."""
-    decoder: Any = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "decoder", msgspec.json.Decoder(self.arg))
-
-    def decode(self, body: bytes) -> Any:
-        if not body.strip():
-            if self.empty_arg is msgspec.UNSET:
-                raise BadRequest(f"{self.name} needs a JSON body", code="invalid_argument")
-            return self.empty_arg
-        return self.decoder.decode(body)
 
 
 async def _create_principal(b: Broker, caller: PrincipalRecord, arg: PrincipalCreate) -> PrincipalCreated:
@@ -83,6 +58,20 @@ async def _pending_authorizations(b: Broker, caller: PrincipalRecord, arg: None)
         return p.subscriber == caller.name or (pub is not None and b.orchestrator.controls_publication(caller, pub))
 
     return [p for p in b.authorizer.pending() if visible(p)]
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+async def _publish(b: Broker, caller: PrincipalRecord, events: list[Event]) -> Any:
+    warnings: list[str] = []
+    results = await b.broadcaster.publish(caller, events, warnings)
+    if not warnings:
+        return results
+    # RFC 9111's Warning header, code 299 ("miscellaneous persistent warning").
+    quoted = ", ".join(f'299 tidings "{_quote(w)}"' for w in warnings)
+    return Reply(results, {"Warning": quoted})
 
 
 async def _whoami(b: Broker, caller: PrincipalRecord, arg: None) -> Whoami:
@@ -126,7 +115,7 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "icrc72_publish", list[Event], _ITEMS,
-            lambda b, c, a: b.broadcaster.publish(c, a),
+            _publish,
             "Publish events; Ok carries the assigned event id, once the event is durable.",
         ),
         Method(
@@ -230,5 +219,6 @@ METHODS: dict[str, Method] = {
             "Create a principal and return its bearer token (admin only).",
         ),
         Method("tidings_whoami", None, Whoami, _whoami, "The calling principal.", None),
+        *SCHEMA_METHODS,
     ]
 }

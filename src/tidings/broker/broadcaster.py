@@ -14,6 +14,7 @@ import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
@@ -23,10 +24,20 @@ from ..errors import BadRequest, StoreError
 from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
 from .orchestrator import Orchestrator
 
-__all__ = ["ERR_RESERVED_HEADER", "Broadcaster"]
+__all__ = ["ERR_RESERVED_HEADER", "ERR_SCHEMA_REFUSED", "ERR_SCHEMA_VIOLATION", "Broadcaster", "SchemaCheck"]
 
 ERR_RESERVED_HEADER = 1
 """``GenericError.error_code``: a publisher tried to set a reserved header."""
+ERR_SCHEMA_VIOLATION = 2
+"""``GenericError.error_code``: the event's data does not match its publication's schema."""
+ERR_SCHEMA_REFUSED = 3
+"""``GenericError.error_code``: the publication's schema takes no events (Retracted, expired, deleted)."""
+
+
+class SchemaCheck(Protocol):
+    """The schema a namespace's events must match now (``tidings.schemas.SchemaBinder``)."""
+
+    def bind(self, ref: int | str, now: int) -> Any: ...
 
 _RESERVED_PREFIXES = ("icrc72:broadcaster:", "icrc72:relay:", "icrc72:eventData:", "icrc77:replay:")
 _encode = msgspec.json.encode
@@ -52,9 +63,28 @@ class Broadcaster:
         self._on_appended = on_appended
         self._clock = clock
         self._pending = 0
+        self.schemas: SchemaCheck | None = None
 
-    async def publish(self, caller: PrincipalRecord, events: Sequence[Event]) -> list[ItemResult | None]:
-        """``icrc72_publish``: one result per event, ``Ok: [eventId]`` or ``Err``."""
+    def _bindings(self, events: Sequence[Event], now: int) -> dict[str, Any]:
+        """The schema binding of each namespace in the batch that has one."""
+        out: dict[str, Any] = {}
+        if self.schemas is None:
+            return out
+        confs = self._orch.pub_configs
+        for ns in {e.namespace for e in events}:
+            conf = confs.get(ns)
+            if conf is not None and conf.schema is not None:
+                out[ns] = self.schemas.bind(conf.schema, now)
+        return out
+
+    async def publish(
+        self, caller: PrincipalRecord, events: Sequence[Event], warnings: list[str] | None = None
+    ) -> list[ItemResult | None]:
+        """``icrc72_publish``: one result per event, ``Ok: [eventId]`` or ``Err``.
+
+        Events of a publication bound to a schema are validated one by one: an invalid
+        one gets its error and the others are still published. What a publisher should
+        know (a Deprecated schema) is added to ``warnings``."""
         n = len(events)
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
@@ -71,6 +101,7 @@ class Broadcaster:
         accepted: list[tuple[int, NewEvent]] = []
         busy = self._pending + n > self._max_pending
         now = self._clock()
+        bindings = self._bindings(events, now)
         received = b'["icrc72:broadcaster:received",{"Nat":%d}],["icrc72:eventData:hash",{"Blob":"' % now
         for i, e in enumerate(events):
             if not self._orch.may_publish(caller.name, e.namespace):
@@ -92,6 +123,20 @@ class Broadcaster:
                     ERR_RESERVED_HEADER, f"header {reserved!r} is reserved for the broadcaster"
                 ))
                 continue
+            if bindings:
+                b = bindings.get(e.namespace)
+                if b is not None:
+                    if b.refused is not None:
+                        results[i] = err("GenericError", GenericError(ERR_SCHEMA_REFUSED, b.refused))
+                        continue
+                    bad = b.model.validate(e.data)
+                    if bad is not None:
+                        results[i] = err("GenericError", GenericError(
+                            ERR_SCHEMA_VIOLATION, f"{bad.path}: {bad.reason} (schema {b.schema_id})"
+                        ))
+                        continue
+                    if b.warning is not None and warnings is not None and b.warning not in warnings:
+                        warnings.append(b.warning)
             if busy:
                 results[i] = err("Busy", "too many events waiting to be stored; retry shortly")
                 continue

@@ -106,6 +106,8 @@ class Orchestrator:
         self._broadcaster_id = broadcaster_id
         self.listener: RegistryListener | None = None
         self.authorizer: Authorizer | None = None
+        self.schema_problem: Callable[[int | str], str | None] | None = None
+        """Why a publication may not bind this schema (unknown, deleted), or None."""
         self.on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None
         """Awaited with a new subscription and its registration's ``secret`` before its delivery starts."""
         self.publications: dict[str, PublicationRecord] = {}
@@ -212,10 +214,9 @@ class Orchestrator:
                 out.append(err("ImproperConfig", problem))
                 continue
             config = [list(p) for p in reg.config]
-            try:
-                cfg.PublicationConfig.read(config)
-            except cfg.ImproperConfig as e:
-                out.append(err("ImproperConfig", str(e)))
+            problem = self._config_problem(config)
+            if problem:
+                out.append(err("ImproperConfig", problem))
                 continue
             existing = self.publications.get(reg.namespace)
             created = False
@@ -261,10 +262,9 @@ class Orchestrator:
                 out.append(err("ImproperConfig", problem))
                 continue
             config = cfg.merge(pub.config, u.config)
-            try:
-                cfg.PublicationConfig.read(config)
-            except cfg.ImproperConfig as e:
-                out.append(err("ImproperConfig", str(e)))
+            problem = self._config_problem(config)
+            if problem:
+                out.append(err("ImproperConfig", problem))
                 continue
             rec = PublicationRecord(namespace=pub.namespace, owner=pub.owner, config=config, created_at=pub.created_at)
             await self._store.update_publication(rec)
@@ -272,6 +272,17 @@ class Orchestrator:
             self._set_publication(rec)
             out.append(ok(True))
         return out
+
+    def _config_problem(self, config: list[Any]) -> str | None:
+        try:
+            conf = cfg.PublicationConfig.read(config)
+        except cfg.ImproperConfig as e:
+            return str(e)
+        if conf.schema is not None and self.schema_problem is not None:
+            problem = self.schema_problem(conf.schema)
+            if problem:
+                return f"{cfg.SCHEMA}: {problem}"
+        return None
 
     async def delete_publications(self, caller: PrincipalRecord, namespaces: Sequence[str]) -> list[ItemResult]:
         self.require_namespaces(namespaces)

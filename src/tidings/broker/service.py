@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.wire import ConfirmResult
+from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
 from ..store import PrincipalRecord, Stat, Store, StoredEvent
 from .auth import Authenticator
@@ -59,7 +60,13 @@ class Broker:
         self.signing = Signing(store, self.orchestrator, settings)
         self.orchestrator.on_subscription_created = self.signing.subscription_created
         self.delivery.signer = self.signing.sign
+        self.schemas = SchemaRegistry(store)
+        self.binder = SchemaBinder(self.schemas)
+        self.broadcaster.schemas = self.binder
+        self.orchestrator.schema_problem = self._schema_problem
+        self.retention = Retention(store, self.schemas, self.binder, self.orchestrator)
         self._runner: asyncio.Task[None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -71,6 +78,7 @@ class Broker:
     async def start(self) -> None:
         await self.store.open()
         try:
+            await self.schemas.load()
             await self.orchestrator.load()
             await self.signing.load()
             head = await self.store.head()
@@ -83,11 +91,21 @@ class Broker:
             if self._runner.done():
                 ready.cancel()
                 self._runner.result()  # raises what stopped delivery
+            if self.settings.retention_interval_s > 0:
+                self._retention_task = asyncio.create_task(
+                    self.retention.run(self.settings.retention_interval_s), name="tidings-retention"
+                )
         except BaseException:
             await self.store.close()
             raise
 
     async def stop(self) -> None:
+        for task in (self._retention_task,):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._retention_task = None
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -112,6 +130,11 @@ class Broker:
 
     async def confirm(self, caller: PrincipalRecord, ids: Sequence[int]) -> ConfirmResult:
         return await self.delivery.confirm(caller, ids, self.orchestrator.subscriptions)
+
+    def _schema_problem(self, ref: int | str) -> str | None:
+        if isinstance(ref, int):
+            return None if self.schemas.live(ref) is not None else f"there is no schema {ref}"
+        return None if self.schemas.versions_of(ref) else f"there is no schema named {ref!r}"
 
     def _appended(self, events: list[StoredEvent]) -> None:
         self.metrics.events_published += len(events)

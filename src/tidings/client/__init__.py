@@ -8,9 +8,10 @@ from ..core.values import Principal, Value, from_python, to_python
 from ..core.wire import ConfirmResult, Event, EventNotification, ItemResult
 from ._admin import Admin
 from ._errors import ApiResponseError, ClientError, ItemError, TransportError
-from ._publisher import Publisher, item_result
+from ._publisher import Publisher, SchemaWarning, item_result
+from ._schemas import Schemas, schema_result
 from ._subscriber import Handler, Subscriber
-from ._sync import SyncAdmin, SyncPublisher
+from ._sync import SyncAdmin, SyncPublisher, SyncSchemas
 
 __all__ = [
     "Admin",
@@ -24,12 +25,16 @@ __all__ = [
     "ItemResult",
     "Principal",
     "Publisher",
+    "SchemaWarning",
+    "Schemas",
     "Subscriber",
     "SyncAdmin",
     "SyncPublisher",
+    "SyncSchemas",
     "TransportError",
     "Value",
     "from_python",
     "item_result",
+    "schema_result",
     "to_python",
 ]

@@ -45,10 +45,12 @@ class Connection:
             )
         return self._session
 
-    async def call(self, method: str, arg: Any, result: type[T]) -> T:
-        """Call ``method``. A call that is safe to repeat is tried once more when a pooled
-        connection turns out to be dead (the server restarted); ``icrc72_publish`` is not,
-        since the first try may have been stored: that failure is raised to the caller."""
+    async def call(self, method: str, arg: Any, result: type[T], warnings: list[str] | None = None) -> T:
+        """Call ``method``; ``Warning`` response headers go to ``warnings``.
+
+        A call that is safe to repeat is tried once more when a pooled connection turns
+        out to be dead (the server restarted); ``icrc72_publish`` is not, since the first
+        try may have been stored: that failure is raised to the caller."""
         body = b"" if arg is None else _encode(arg)
         tries = 1 if method in _NOT_REPEATABLE else 2
         for attempt in range(tries):
@@ -56,6 +58,8 @@ class Connection:
                 async with self._http().post(f"{self.url}/v1/{method}", data=body) as resp:
                     raw = await resp.read()
                     status = resp.status
+                    if warnings is not None and "Warning" in resp.headers:
+                        warnings.extend(resp.headers.getall("Warning"))
                 break
             except aiohttp.ServerDisconnectedError as e:
                 if attempt + 1 < tries:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -9,6 +10,10 @@ from ..core.wire import Event, ItemResult, PublicationRegistration, PublicationU
 from ._convert import wire, wire_changes, wire_pairs
 from ._errors import ItemError
 from ._http import Connection
+
+
+class SchemaWarning(UserWarning):
+    """The service accepted events with a warning: their schema is Deprecated."""
 
 
 class Publisher:
@@ -69,8 +74,14 @@ class Publisher:
         return [item_result(r)[0] for r in results]
 
     async def publish_batch(self, events: list[Event]) -> list[ItemResult | None]:
-        """``icrc72_publish`` as it is: one result per event, errors not raised."""
-        return await self._conn.call("icrc72_publish", events, list[ItemResult | None])
+        """``icrc72_publish`` as it is: one result per event, errors not raised.
+
+        A ``Warning`` from the service (a Deprecated schema) is issued as :class:`SchemaWarning`."""
+        said: list[str] = []
+        results = await self._conn.call("icrc72_publish", events, list[ItemResult | None], said)
+        for w in said:
+            warnings.warn(SchemaWarning(w), stacklevel=2)
+        return results
 
     @staticmethod
     def event(namespace: str, data: Any, *, headers: Mapping[str, Any] | None = None) -> Event:

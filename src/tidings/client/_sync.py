@@ -16,8 +16,9 @@ from typing import Any, Generic, TypeVar
 
 from ._admin import Admin
 from ._publisher import Publisher
+from ._schemas import Schemas
 
-__all__ = ["SyncAdmin", "SyncPublisher"]
+__all__ = ["SyncAdmin", "SyncPublisher", "SyncSchemas"]
 
 T = TypeVar("T")
 
@@ -79,3 +80,10 @@ class SyncAdmin(_Blocking[Admin]):
 
     def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
         super().__init__(lambda: Admin(url, token, timeout=timeout))
+
+
+class SyncSchemas(_Blocking[Schemas]):
+    """:class:`Schemas` with blocking methods."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+        super().__init__(lambda: Schemas(url, token, timeout=timeout))

@@ -23,6 +23,7 @@ __all__ = [
     "PUBLICATION_CONTROLLERS",
     "PUBLISHERS_ALLOWED",
     "PUBLISHERS_DISALLOWED",
+    "SCHEMA",
     "SKIP",
     "STOPPED",
     "SUBSCRIBERS_ALLOWED",
@@ -54,6 +55,8 @@ MAX_ATTEMPTS = "tidings:subscription:maxAttempts"
 MAX_AGE_MS = "tidings:subscription:maxAgeMs"
 AUTHORIZATION_URL = "tidings:publication:authorization:url"
 AUTHORIZATION_TIMEOUT_MS = "tidings:publication:authorization:timeoutMs"
+SCHEMA = "tidings:publication:schema"
+"""The schema events are checked against: a Nat schema id, or a Text name (its latest Active version)."""
 
 
 class ImproperConfig(ValueError):
@@ -212,6 +215,8 @@ class PublicationConfig:
     authorization_url: str | None = None
     """When set, the publisher approves each subscription (XEP-0021 §4.3): see docs/delivery.md."""
     authorization_timeout_s: float = 5.0
+    schema: int | str | None = None
+    """The bound schema: an id, or a name meaning its latest Active version (docs/schemas.md)."""
 
     @classmethod
     def read(cls, pairs: Iterable[Sequence[Any]]) -> PublicationConfig:
@@ -227,6 +232,16 @@ class PublicationConfig:
             if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "//" == url[-2:]:
                 raise ImproperConfig(AUTHORIZATION_URL, "expected Text: an absolute http(s) URL")
         timeout_ms = _positive_nat(c, AUTHORIZATION_TIMEOUT_MS)
+        schema: int | str | None = None
+        if SCHEMA in c:
+            v = c[SCHEMA]
+            tag, x = next(iter(v.items())) if isinstance(v, dict) and len(v) == 1 else ("", None)
+            if tag == "Nat" and isinstance(x, int) and x > 0:
+                schema = x
+            elif tag == "Text" and isinstance(x, str) and x:
+                schema = x
+            else:
+                raise ImproperConfig(SCHEMA, "expected a Nat schema id or the Text name of a schema")
         return cls(
             lst(PUBLISHERS_ALLOWED),
             lst(PUBLISHERS_DISALLOWED) or frozenset(),
@@ -235,6 +250,7 @@ class PublicationConfig:
             lst(PUBLICATION_CONTROLLERS),
             url,
             5.0 if timeout_ms is None else timeout_ms / 1000,
+            schema,
         )
 
     def publisher_allowed(self, principal: str) -> bool:

@@ -12,6 +12,7 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
+from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaVersion
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
@@ -23,6 +24,10 @@ __all__ = [
     "PrincipalRecord",
     "PublicationRecord",
     "SQLiteStore",
+    "SchemaChange",
+    "SchemaRecord",
+    "SchemaSnapshot",
+    "SchemaVersion",
     "Stat",
     "Store",
     "StoredEvent",

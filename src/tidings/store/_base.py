@@ -24,6 +24,8 @@ from typing import Any
 
 import msgspec
 
+from ._schemas import SchemaStore
+
 __all__ = [
     "DeadLetter",
     "NewEvent",
@@ -139,7 +141,7 @@ class Stat:
     delta: int = 1
 
 
-class Store(ABC):
+class Store(SchemaStore, ABC):
     """Async storage for one broker. Open with ``await store.open()``, close with ``close()``."""
 
     @abstractmethod

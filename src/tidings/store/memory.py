@@ -33,6 +33,7 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
+from ._memory_schemas import MemorySchemaStore
 
 __all__ = ["MemoryStore"]
 
@@ -76,7 +77,7 @@ class _Sub:
         )
 
 
-class MemoryStore(Store):
+class MemoryStore(MemorySchemaStore, Store):
     """Everything in this process's memory; lost when the object is. Survives close/open."""
 
     def __init__(self) -> None:
@@ -89,6 +90,7 @@ class MemoryStore(Store):
         self._subs: dict[int, _Sub] = {}
         self._last_sub_id = 0
         self._events: list[StoredEvent] = []  # seq n is at index n - 1
+        self._trimmed: set[int] = set()  # seqs retention has deleted
         self._last_ids: dict[str, int] = {}
         self._notes: dict[int, PendingNotification] = {}  # insertion order is id order
         self._last_note_id = 0
@@ -288,6 +290,8 @@ class MemoryStore(Store):
     ) -> list[StoredEvent]:
         self._check()
         tail = self._events[max(seq, 0):]
+        if self._trimmed:
+            tail = [e for e in tail if e.seq not in self._trimmed]
         if namespaces is not None:
             wanted = set(namespaces)
             tail = [e for e in tail if e.namespace in wanted]
@@ -296,11 +300,26 @@ class MemoryStore(Store):
     async def read_seqs(self, seqs: Sequence[int]) -> list[StoredEvent]:
         self._check()
         n = len(self._events)
-        return [self._events[s - 1] for s in sorted(set(seqs)) if 1 <= s <= n]
+        return [self._events[s - 1] for s in sorted(set(seqs)) if 1 <= s <= n and s not in self._trimmed]
 
     async def count_events(self, namespace: str, upto: int | None = None) -> int:
         self._check()
-        return sum(1 for e in self._events if e.namespace == namespace and (upto is None or e.seq <= upto))
+        return sum(
+            1 for e in self._events
+            if e.namespace == namespace and (upto is None or e.seq <= upto) and e.seq not in self._trimmed
+        )
+
+    async def trim_events(self, namespace: str, before: int) -> int:
+        self._check()
+        kept = {n.seq for n in self._notes.values()} | {d.seq for d in self._dead.values()}
+        last = len(self._events)
+        gone = {
+            e.seq for e in self._events
+            if e.namespace == namespace and e.timestamp < before and e.seq != last
+            and e.seq not in kept and e.seq not in self._trimmed
+        }
+        self._trimmed |= gone
+        return len(gone)
 
     async def head(self) -> int:
         self._check()

@@ -39,6 +39,7 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
+from ._sqlite_schemas import SCHEMA_DDL, SQLiteSchemaStore
 
 __all__ = ["SQLiteStore"]
 
@@ -201,7 +202,7 @@ class _Writer(threading.Thread):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.executescript(_SCHEMA)
+            conn.executescript(_SCHEMA + SCHEMA_DDL)
         except BaseException as e:  # reported to open()
             self.error = e
             self.ready.set()
@@ -350,7 +351,7 @@ def _settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
         fut.set_exception(value)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteSchemaStore, Store):
     """SQLite in WAL mode under ``path`` (a file; its folder is created)."""
 
     def __init__(self, path: str | Path, *, max_batch: int = 512, readers: int = 2) -> None:

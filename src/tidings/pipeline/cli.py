@@ -1,0 +1,137 @@
+"""``tidings pipeline ...``: the Spark jobs from the command line.
+
+::
+
+    tidings pipeline archive [--data-dir D] [--archive-dir A] [--older-than 30d] [--namespace NS ...]
+                             [--no-trim] [--no-retention] [--partition-size N] [--master URL]
+    tidings pipeline expire  [--data-dir D] [--archive-dir A]
+
+``archive`` moves old events into the Parquet archive, trims the hot log, then applies
+the registry's retention to the archive; ``expire`` only applies retention (no Spark).
+Both print a JSON summary on stdout and their progress on stderr. ``--master`` runs on
+a cluster (``spark://...``, ``yarn``, ``k8s://...``) or, as ``sc://host:port``, through
+Spark Connect; the default is ``local[*]``.
+
+Wired into ``tidings`` by :func:`add_pipeline_parser` and :func:`run_pipeline`; also
+runnable alone as ``python -m tidings.pipeline``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import TidingsError
+
+__all__ = ["add_pipeline_parser", "main", "parse_duration", "run_pipeline"]
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``12h``, ``30d`` or ``2w``."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 3600, 90m, 12h, 30d)")
+    return float(m[1]) * _UNITS[m[2]]
+
+
+def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``pipeline`` and its actions to ``tidings``' subparsers; returns the ``pipeline`` parser."""
+    p: argparse.ArgumentParser = subparsers.add_parser("pipeline", help="Spark jobs: archive the log, retention")
+    sub = p.add_subparsers(dest="pipeline_action", required=True)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, help="store folder (default ./var, env TIDINGS_DATA_DIR)")
+    common.add_argument("--archive-dir", type=Path, help="Parquet archive (default <data-dir>/archive)")
+
+    a = sub.add_parser("archive", parents=[common], help="move old events to the Parquet archive")
+    a.add_argument("--older-than", type=parse_duration, default=parse_duration("7d"),
+                   help="archive events older than this (seconds, or 90m, 12h, 30d; default 7d)")
+    a.add_argument("--namespace", action="append", help="only this namespace (repeatable)")
+    a.add_argument("--no-trim", action="store_true", help="leave archived events in the hot log")
+    a.add_argument("--no-retention", action="store_true", help="do not expire archive partitions")
+    a.add_argument("--partition-size", type=int, default=1_000_000, help="events per Spark task")
+    a.add_argument("--master", help="Spark master or Spark Connect URL sc://HOST:PORT (default local[*])")
+    a.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    sub.add_parser("expire", parents=[common], help="delete archive partitions past their retention")
+    return p
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    """Run the action parsed by :func:`add_pipeline_parser`; the exit status."""
+    from ..settings import Settings
+
+    data_dir = Settings.from_env(data_dir=args.data_dir).data_dir
+    archive_dir = args.archive_dir or data_dir / "archive"
+    try:
+        if args.pipeline_action == "expire":
+            from .archive import expire
+
+            gone = expire(data_dir=data_dir, archive_dir=archive_dir)
+            _emit({"expired": [dataclasses.asdict(g) for g in gone]})
+            return 0
+        return _archive(args, data_dir, archive_dir)
+    except TidingsError as e:
+        print(f"tidings pipeline: {e}", file=sys.stderr)
+        return 2
+
+
+def _archive(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int:
+    from .archive import archive, expire
+    from .session import build
+
+    started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.monotonic() - started:7.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    progress("starting Spark" + (f" on {args.master}" if args.master else " (local[*])"))
+    show_bars = "true" if (not args.quiet and sys.stderr.isatty()) else "false"
+    spark = build(args.master, app_name="tidings-archive", conf={"spark.ui.showConsoleProgress": show_bars})
+    try:
+        spark.sparkContext.setLogLevel("WARN")
+    except Exception:  # Spark Connect sessions have no SparkContext
+        pass
+    try:
+        run = archive(
+            spark, data_dir=data_dir, archive_dir=archive_dir, older_than_s=args.older_than,
+            namespaces=args.namespace, trim=not args.no_trim, partition_size=args.partition_size,
+            progress=progress,
+        )
+        gone = [] if args.no_retention else expire(data_dir=data_dir, archive_dir=archive_dir)
+    finally:
+        spark.stop()
+    rate = run.events / run.total_s if run.total_s else 0.0
+    progress(f"archived {run.events} events in {run.total_s:.1f} s ({rate:,.0f} events/s)")
+    _emit({
+        "before": run.before, "events": run.events, "spark_s": round(run.spark_s, 3),
+        "total_s": round(run.total_s, 3), "namespaces": [dataclasses.asdict(n) for n in run.namespaces],
+        "expired": [dataclasses.asdict(g) for g in gone],
+    })
+    return 0
+
+
+def _emit(obj: Any) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tidings.pipeline ACTION ...``: the same as ``tidings pipeline ACTION ...``."""
+    parser = argparse.ArgumentParser(prog="python -m tidings.pipeline")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_pipeline_parser(sub)
+    args = parser.parse_args(["pipeline", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return run_pipeline(args)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,21 @@
+"""The pipeline's one exception, under :class:`tidings.errors.TidingsError`."""
+
+from __future__ import annotations
+
+from ..errors import TidingsError
+
+__all__ = ["PipelineError"]
+
+
+class PipelineError(TidingsError):
+    """A pipeline job cannot run. ``code`` is stable, the message is for people.
+
+    Codes: ``java_missing`` (no Java for a local Spark), ``store_not_found`` (no
+    ``tidings.db`` at the data dir), ``archive_busy`` (another archive job holds the
+    archive's lock), ``invalid_option`` (a data source option is malformed).
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code

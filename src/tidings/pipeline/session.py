@@ -1,0 +1,75 @@
+"""Building the SparkSession the pipeline jobs run in: local by default, a cluster on request.
+
+* no master: ``local[*]``, in this process, which needs Java (17 or 21);
+* ``--master spark://host:7077`` (or ``yarn``, ``k8s://...``): the same jobs on a cluster,
+  whose executors must reach the data dir and the archive at the same paths;
+* a Spark Connect URL (``sc://host:15002``): a remote session, no local Java needed.
+
+Every session gets what the pipeline relies on: UTC session time, filter pushdown into
+Python data sources, and the ``tidings`` source registered.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any
+
+from .errors import PipelineError
+
+__all__ = ["build", "java_available"]
+
+JAVA_HINT = (
+    "Spark needs Java 17 or 21 to run locally and none was found (no `java` on PATH and no JAVA_HOME). "
+    "Install a JDK, e.g. `apt-get install openjdk-17-jre-headless` or Temurin 17 from adoptium.net, "
+    "or run on a cluster with --master spark://HOST:7077 or a Spark Connect URL sc://HOST:15002."
+)
+
+
+def java_available() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return True
+    return shutil.which("java") is not None
+
+
+def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession for ``master`` (None: ``local[*]``; ``sc://...``: Spark Connect), ready for tidings.
+
+    Raises :class:`PipelineError` (``java_missing``) instead of Spark's gateway error when
+    a local session cannot start for want of Java.
+    """
+    from pyspark.sql import SparkSession
+
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+        **(conf or {}),
+    }
+    builder: Any = SparkSession.builder.appName(app_name)
+    if master is not None and master.startswith("sc://"):
+        builder = builder.remote(master)
+    else:
+        if not java_available():
+            raise PipelineError(JAVA_HINT, code="java_missing")
+        builder = builder.master(master or "local[*]")
+        # Python workers (the data source's planner among them, which reads only the
+        # environment) must import tidings: run them with this interpreter.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        settings.setdefault("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    prepare(spark)
+    return spark
+
+
+def prepare(spark: Any) -> None:
+    """Settings and registration the pipeline needs, on a session made elsewhere (tests, notebooks)."""
+    from .source import register
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    register(spark)

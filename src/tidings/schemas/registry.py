@@ -1,0 +1,476 @@
+"""The schema registry: registration checks, reads, states, retention, evolution.
+
+Every schema lives in memory (there are at most ``max_count``) and is written through
+to the store before a call answers. A schema id names one model; names map
+``(name, version)`` onto ids, so one id may appear under several names (as in the
+Confluent Schema Registry). Registration runs its checks in this order, each with its
+own error code: authorised (``Unauthorized``), size (``SchemaTooSmall``,
+``SchemaTooLarge``), well formed (``MalformedSchema``), duplicate (answered with the
+existing id), name (``ImproperName``), replaced schema (``NotFound``), count
+(``TooManySchemas``), compatibility (``IncompatibleSchema``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+
+from ..core import schemas as rules
+from ..core.wire_schemas import (
+    CompatibilityConfig,
+    CompatibilityIssue,
+    SchemaChangeInfo,
+    SchemaInfo,
+    SchemaLimits,
+    SchemaLimitsUpdate,
+    SchemaPolicy,
+    SchemaQuery,
+    SchemaRegistered,
+    SchemaRegistration,
+    SchemaResult,
+    SchemaRetentionUpdate,
+    SchemaStateUpdate,
+    SchemaValidity,
+    SchemaVersionInfo,
+    schema_err,
+    schema_ok,
+)
+from ..errors import BadRequest, Forbidden
+from ..store import PrincipalRecord, SchemaChange, SchemaRecord, SchemaVersion, Store
+from .formats import CompatibilityMode, MalformedSchema, Model, check_compatibility, parse_model
+
+__all__ = ["SchemaRegistry"]
+
+_LIMITS_KEY = "limits"
+_COMPAT_KEY = "compatibility:"
+
+
+def _issue(i: Any, versions: Sequence[int]) -> CompatibilityIssue:
+    v = i.version
+    return CompatibilityIssue(
+        path=i.path, rule=i.rule, message=i.message, version=versions[v] if v is not None else None
+    )
+
+
+class SchemaRegistry:
+    def __init__(self, store: Store, *, clock: Callable[[], int] = time.time_ns) -> None:
+        self._store = store
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self.schemas: dict[int, SchemaRecord] = {}
+        self._models: dict[int, Model] = {}
+        self._by_canonical: dict[tuple[str, str], int] = {}
+        self._versions: dict[str, list[SchemaVersion]] = defaultdict(list)
+        self._deleted_versions: dict[str, list[int]] = defaultdict(list)
+        self._names_of: dict[int, list[SchemaVersion]] = defaultdict(list)
+        self._replaced_by: dict[int, list[int]] = defaultdict(list)
+        self._compat: dict[str, str] = {}
+        self.limits = rules.DEFAULT_LIMITS
+        self.generation = 0
+        """Bumped on every change, so what is derived from the registry knows to refresh."""
+
+    # -- loading and indexes ------------------------------------------------------------
+
+    async def load(self) -> None:
+        snap = await self._store.load_schemas()
+        for r in snap.schemas:
+            self._index(r)
+        for v in snap.versions:
+            self._index_version(v)
+        for key, value in snap.settings.items():
+            if key == _LIMITS_KEY:
+                value["registrars"] = tuple(value.get("registrars", ()))
+                self.limits = replace(rules.DEFAULT_LIMITS, **value)
+            elif key.startswith(_COMPAT_KEY):
+                self._compat[key[len(_COMPAT_KEY):]] = value
+        self.generation += 1
+
+    def _index(self, r: SchemaRecord) -> None:
+        self.schemas[r.id] = r
+        if r.deleted_at is None:
+            self._by_canonical[(r.format, r.canonical)] = r.id
+        if r.replaces is not None and r.id not in self._replaced_by[r.replaces]:
+            self._replaced_by[r.replaces].append(r.id)
+
+    def _index_version(self, v: SchemaVersion) -> None:
+        if v.deleted_at is not None:
+            self._deleted_versions[v.name].append(v.version)
+            return
+        self._versions[v.name].append(v)
+        self._names_of[v.schema_id].append(v)
+
+    def live(self, schema_id: int) -> SchemaRecord | None:
+        r = self.schemas.get(schema_id)
+        return r if r is not None and r.deleted_at is None else None
+
+    def model(self, schema_id: int) -> Model:
+        m = self._models.get(schema_id)
+        if m is None:
+            r = self.schemas[schema_id]
+            m = self._models[schema_id] = parse_model(r.format, r.model)
+        return m
+
+    def count(self) -> int:
+        return sum(1 for r in self.schemas.values() if r.deleted_at is None)
+
+    def versions_of(self, name: str) -> list[SchemaVersion]:
+        """The live versions of ``name``, oldest first."""
+        return list(self._versions.get(name, ()))
+
+    def compatibility(self, name: str | None) -> str:
+        return self._compat.get(name or "", self.limits.default_compatibility)
+
+    def _change(self, caller: str, action: str, schema_id: int | None, detail: Any = "") -> SchemaChange:
+        text = detail if isinstance(detail, str) else msgspec.json.encode(detail).decode()
+        return SchemaChange(schema_id=schema_id, at=self._clock(), by=caller, action=action, detail=text)
+
+    # -- registration -------------------------------------------------------------------
+
+    async def register(self, caller: PrincipalRecord, items: Sequence[SchemaRegistration]) -> list[SchemaResult]:
+        async with self._lock:
+            out = [await self._register_one(caller, item) for item in items]
+        self.generation += 1
+        return out
+
+    async def _register_one(self, caller: PrincipalRecord, item: SchemaRegistration) -> SchemaResult:
+        if not self.limits.may_register(caller.name, caller.admin):
+            return schema_err("Unauthorized", f"{caller.name} may not register schemas")
+        size = len(item.model.encode())
+        if size < self.limits.min_size:
+            return schema_err("SchemaTooSmall", f"the model is {size} bytes; the minimum is {self.limits.min_size}")
+        if size > self.limits.max_size:
+            return schema_err("SchemaTooLarge", f"the model is {size} bytes; the maximum is {self.limits.max_size}")
+        try:
+            model = parse_model(item.format, item.model)
+        except MalformedSchema as e:
+            return schema_err("MalformedSchema", str(e))
+        fmt = str(model.format)
+        name = item.name
+        if name is not None and not rules.valid_name(name):
+            return schema_err("ImproperName", f"{name!r} is not a schema name: use 1-255 of letters, digits "
+                                              "and . _ : @ / - (by convention protocol.descriptor)")
+        replaces = item.replaces
+        if replaces is not None:
+            old = self.live(replaces)
+            if old is None:
+                return schema_err("NotFound", f"schema {replaces} (the one replaced) does not exist")
+            if name is None and self._names_of.get(replaces):
+                name = self._names_of[replaces][0].name
+        elif name is not None and self._versions.get(name):
+            replaces = self._versions[name][-1].schema_id
+
+        existing = self._by_canonical.get((fmt, model.canonical))
+        if existing is not None:
+            under = next((v for v in self._names_of.get(existing, ()) if v.name == name), None)
+            if name is None or under is not None:
+                return schema_ok(SchemaRegistered(
+                    id=existing, name=name, version=under.version if under else None, duplicate=True
+                ))
+        elif self.count() >= self.limits.max_count:
+            return schema_err("TooManySchemas", f"the registry holds its maximum of {self.limits.max_count} schemas")
+
+        issues = self._incompatibilities(name, model, replaces)
+        if issues:
+            return schema_err("IncompatibleSchema", issues)
+
+        now = self._clock()
+        version: int | None = None
+        versions: list[SchemaVersion] = []
+        if name is not None:
+            version = self._next_version(name)
+            versions.append(SchemaVersion(name=name, version=version, schema_id=existing or 0, created_at=now))
+        if existing is not None:  # a known model under a new name: only the version is new
+            await self._store.save_schema(None, versions, [
+                self._change(caller.name, "add_version", existing, {"name": name, "version": version})
+            ])
+            for v in versions:
+                self._index_version(v)
+            return schema_ok(SchemaRegistered(id=existing, name=name, version=version, duplicate=True))
+
+        rec = SchemaRecord(
+            format=fmt, model=item.model, canonical=model.canonical, replaces=replaces, created_at=now,
+            created_by=caller.name, valid_from=now,
+        )
+        detail = {"name": name, "version": version, "replaces": replaces, "format": fmt}
+        rec = await self._store.create_schema(rec, versions, self._change(caller.name, "register", None, detail))
+        self._index(rec)
+        self._models[rec.id] = model
+        for v in versions:
+            self._index_version(v)
+        return schema_ok(SchemaRegistered(id=rec.id, name=name, version=version))
+
+    def _next_version(self, name: str) -> int:
+        # Versions are never reused, not even those of deleted schemas: the store keeps them all.
+        taken = [v.version for v in self._versions.get(name, ())] + self._deleted_versions.get(name, [])
+        return max(taken, default=0) + 1
+
+    def _lineage(self, name: str | None, replaces: int | None) -> list[int]:
+        """What a new schema is checked against, oldest first: the live, not Retracted
+        versions of its name; for an unnamed schema, the chain of what it replaces."""
+        if name is not None:
+            ids = [v.schema_id for v in self._versions.get(name, ())]
+        else:
+            ids, seen, cur = [], set(), replaces
+            while cur is not None and cur not in seen and self.live(cur) is not None:
+                seen.add(cur)
+                ids.append(cur)
+                cur = self.schemas[cur].replaces
+            ids.reverse()
+        return [i for i in ids if self.schemas[i].state != rules.SchemaState.Retracted]
+
+    def _incompatibilities(
+        self, name: str | None, model: Model, replaces: int | None, mode: str | None = None
+    ) -> list[CompatibilityIssue]:
+        ids = self._lineage(name, replaces)
+        if not ids:
+            return []
+        found = check_compatibility(mode or self.compatibility(name), model, [self.model(i) for i in ids])
+        if name is not None:
+            by_id = {v.schema_id: v.version for v in self._versions.get(name, ())}
+            labels = [by_id.get(i, i) for i in ids]
+        else:
+            labels = ids
+        return [_issue(i, labels) for i in found]
+
+    def test_compatibility(
+        self, name: str, fmt: str, text: str, version: int | None = None
+    ) -> list[CompatibilityIssue]:
+        """Would ``text`` be accepted as the next version of ``name`` (or against one
+        ``version`` only)? Raises BadRequest when the model is malformed."""
+        try:
+            model = parse_model(fmt, text)
+        except MalformedSchema as e:
+            raise BadRequest(str(e), code="malformed_schema") from None
+        if version is None:
+            return self._incompatibilities(name, model, None)
+        v = next((v for v in self._versions.get(name, ()) if v.version == version), None)
+        if v is None:
+            return []
+        mode = self.compatibility(name).removesuffix("_TRANSITIVE")
+        found = check_compatibility(mode, model, [self.model(v.schema_id)])
+        return [_issue(i, [version]) for i in found]
+
+    # -- reads --------------------------------------------------------------------------
+
+    def info(self, schema_id: int) -> SchemaInfo | None:
+        r = self.live(schema_id)
+        if r is None:
+            return None
+        return SchemaInfo(
+            id=r.id, format=r.format, model=r.model,
+            versions=[SchemaVersionInfo(name=v.name, version=v.version, id=r.id) for v in self._names_of[r.id]],
+            replaces=r.replaces,
+            replaced_by=[i for i in self._replaced_by.get(r.id, ()) if self.live(i) is not None],
+            validity=self.validity_info(r), policy=SchemaPolicy(retention_s=r.retention_s, starting_at=r.starting_at),
+            created_at=r.created_at, created_by=r.created_by,
+        )
+
+    @staticmethod
+    def validity(r: SchemaRecord) -> rules.Validity:
+        return rules.Validity(rules.SchemaState(r.state), r.valid_from, r.valid_to)
+
+    def validity_info(self, r: SchemaRecord) -> SchemaValidity:
+        return SchemaValidity(state=r.state, valid_from=r.valid_from, valid_to=r.valid_to)  # type: ignore[arg-type]
+
+    def get(self, ids: Sequence[int]) -> list[SchemaInfo | None]:
+        return [self.info(i) for i in ids]
+
+    def get_state(self, ids: Sequence[int]) -> list[SchemaValidity | None]:
+        return [None if (r := self.live(i)) is None else self.validity_info(r) for i in ids]
+
+    def get_retention(self, ids: Sequence[int]) -> list[SchemaPolicy | None]:
+        return [
+            None if (r := self.live(i)) is None else SchemaPolicy(retention_s=r.retention_s, starting_at=r.starting_at)
+            for i in ids
+        ]
+
+    def query(self, q: SchemaQuery, max_take: int) -> list[SchemaInfo]:
+        if q.name is not None:
+            ids = sorted({v.schema_id for v in self._versions.get(q.name, ())})
+        else:
+            ids = sorted(i for i, r in self.schemas.items() if r.deleted_at is None)
+        take = max_take if q.take is None else min(q.take, max_take)
+        out: list[SchemaInfo] = []
+        for i in ids:
+            if len(out) >= take:
+                break
+            if (q.prev is not None and i <= q.prev) or (q.state is not None and self.schemas[i].state != q.state):
+                continue
+            info = self.info(i)
+            if info is not None:
+                out.append(info)
+        return out
+
+    def get_versions(self, names: Sequence[str]) -> list[list[SchemaVersionInfo] | None]:
+        return [
+            [SchemaVersionInfo(name=v.name, version=v.version, id=v.schema_id) for v in vs] or None
+            for vs in (self._versions.get(n, []) for n in names)
+        ]
+
+    def get_replacements(self, ids: Sequence[int]) -> list[list[int] | None]:
+        return [
+            None if self.live(i) is None else [j for j in self._replaced_by.get(i, ()) if self.live(j) is not None]
+            for i in ids
+        ]
+
+    async def history(self, schema_id: int | None, prev: int | None, take: int) -> list[SchemaChangeInfo]:
+        changes = await self._store.schema_changes(schema_id, prev or 0, take)
+        return [
+            SchemaChangeInfo(seq=c.seq, schema_id=c.schema_id, at=c.at, by=c.by, action=c.action, detail=c.detail)
+            for c in changes
+        ]
+
+    def limits_info(self) -> SchemaLimits:
+        lim = self.limits
+        return SchemaLimits(
+            max_count=lim.max_count, min_size=lim.min_size, max_size=lim.max_size,
+            open_registration=lim.open_registration, registrars=list(lim.registrars),
+            default_compatibility=lim.default_compatibility, count=self.count(),
+        )
+
+    # -- governance: admins only ---------------------------------------------------------
+
+    async def update_state(self, caller: PrincipalRecord, items: Sequence[SchemaStateUpdate]) -> list[SchemaResult]:
+        out: list[SchemaResult] = []
+        for u in items:
+            r = self.live(u.id)
+            if not caller.admin:
+                out.append(schema_err("Unauthorized", "only an admin changes schema states"))
+            elif r is None:
+                out.append(schema_err("NotFound", f"no schema {u.id}"))
+            else:
+                now = self._clock()
+                new = rules.Validity(
+                    rules.SchemaState(u.state), u.valid_from if u.valid_from is not None else now,
+                    u.valid_to if u.state == rules.SchemaState.Deprecated else None,
+                )
+                try:
+                    rules.check_transition(self.validity(r), new)
+                except rules.InvalidTransition as e:
+                    out.append(schema_err("InvalidState", str(e)))
+                    continue
+                rec = replace(r, state=str(new.state), valid_from=new.valid_from, valid_to=new.valid_to)
+                detail = {"state": rec.state, "valid_from": rec.valid_from, "valid_to": rec.valid_to, "was": r.state}
+                await self._store.save_schema(rec, [], [self._change(caller.name, "state", r.id, detail)])
+                self.schemas[r.id] = rec
+                out.append(schema_ok(True))
+        self.generation += 1
+        return out
+
+    async def delete(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[SchemaResult]:
+        out: list[SchemaResult] = []
+        for i in ids:
+            r = self.live(i)
+            if not caller.admin:
+                out.append(schema_err("Unauthorized", "only an admin deletes schemas"))
+            elif r is None:
+                out.append(schema_err("NotFound", f"no schema {i}"))
+            else:
+                now = self._clock()
+                rec = replace(r, deleted_at=now)
+                gone = [replace(v, deleted_at=now) for v in self._names_of.get(i, ())]
+                await self._store.save_schema(rec, gone, [self._change(caller.name, "delete", i)])
+                self.schemas[i] = rec
+                self._by_canonical.pop((r.format, r.canonical), None)
+                for v in self._names_of.pop(i, []):
+                    self._versions[v.name] = [x for x in self._versions[v.name] if x.version != v.version]
+                    self._deleted_versions[v.name].append(v.version)
+                    if not self._versions[v.name]:
+                        del self._versions[v.name]
+                self._models.pop(i, None)
+                out.append(schema_ok(True))
+        self.generation += 1
+        return out
+
+    async def update_retention(
+        self, caller: PrincipalRecord, items: Sequence[SchemaRetentionUpdate]
+    ) -> list[SchemaResult]:
+        out: list[SchemaResult] = []
+        for u in items:
+            r = self.live(u.id)
+            if not caller.admin:
+                out.append(schema_err("Unauthorized", "only an admin changes retention"))
+            elif r is None:
+                out.append(schema_err("NotFound", f"no schema {u.id}"))
+            elif u.retention_s is not None and u.retention_s < 0:
+                out.append(schema_err("ImproperConfig", "retention_s must not be negative"))
+            else:
+                rec = replace(r, retention_s=u.retention_s or None)
+                detail = {"retention_s": rec.retention_s, "was": r.retention_s}
+                await self._store.save_schema(rec, [], [self._change(caller.name, "retention", r.id, detail)])
+                self.schemas[r.id] = rec
+                out.append(schema_ok(True))
+        self.generation += 1
+        return out
+
+    async def set_starting_position(self, schema_id: int, starting_at: int) -> None:
+        """The message store's own call after it trimmed events: not in the public API."""
+        r = self.live(schema_id)
+        if r is None or starting_at <= r.starting_at:
+            return
+        rec = replace(r, starting_at=starting_at)
+        await self._store.save_schema(rec, [], [self._change("store", "starting_position", r.id,
+                                                             {"starting_at": starting_at})])
+        self.schemas[r.id] = rec
+
+    async def update_limits(self, caller: PrincipalRecord, u: SchemaLimitsUpdate) -> SchemaLimits:
+        if not caller.admin:
+            raise Forbidden("only an admin changes the registry's limits")
+        changes = {f: getattr(u, f) for f in u.__struct_fields__ if getattr(u, f) is not msgspec.UNSET}
+        if "registrars" in changes:
+            changes["registrars"] = tuple(changes["registrars"])
+        if "default_compatibility" in changes:
+            changes["default_compatibility"] = _mode(changes["default_compatibility"])
+        new = replace(self.limits, **changes)
+        problem = new.problem()
+        if problem:
+            raise BadRequest(problem, code="invalid_argument")
+        value = {f: getattr(new, f) for f in new.__dataclass_fields__}
+        value["registrars"] = list(new.registrars)
+        await self._store.put_schema_setting(_LIMITS_KEY, value, self._change(caller.name, "limits", None, value))
+        self.limits = new
+        self.generation += 1
+        return self.limits_info()
+
+    async def set_compatibility(
+        self, caller: PrincipalRecord, items: Sequence[CompatibilityConfig]
+    ) -> list[SchemaResult]:
+        out: list[SchemaResult] = []
+        for c in items:
+            if not caller.admin:
+                out.append(schema_err("Unauthorized", "only an admin sets compatibility modes"))
+                continue
+            if not rules.valid_name(c.name):
+                out.append(schema_err("ImproperName", f"{c.name!r} is not a schema name"))
+                continue
+            try:
+                mode = None if c.compatibility is None else _mode(c.compatibility)
+            except BadRequest as e:
+                out.append(schema_err("ImproperConfig", e.message))
+                continue
+            await self._store.put_schema_setting(
+                _COMPAT_KEY + c.name, mode, self._change(caller.name, "compatibility", None,
+                                                          {"name": c.name, "compatibility": mode}),
+            )
+            if mode is None:
+                self._compat.pop(c.name, None)
+            else:
+                self._compat[c.name] = mode
+            out.append(schema_ok(True))
+        self.generation += 1
+        return out
+
+
+def _mode(text: str) -> str:
+    try:
+        return str(CompatibilityMode(text.upper()))
+    except ValueError:
+        modes = ", ".join(m.value for m in CompatibilityMode)
+        raise BadRequest(f"unknown compatibility mode {text!r}; use one of {modes}", code="invalid_argument") from None
+

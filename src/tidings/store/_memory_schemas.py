@@ -1,0 +1,89 @@
+"""The schema registry's part of the in-memory store (mixed into ``MemoryStore``)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
+
+__all__ = ["MemorySchemaStore"]
+
+
+class MemorySchemaStore(SchemaStore):
+    """Copies in and out, so callers never share the store's objects (as with SQLite)."""
+
+    _check: Callable[[], None]  # MemoryStore's
+
+    def _schema_state(self) -> dict[str, Any]:
+        st: dict[str, Any] | None = getattr(self, "_schemas_mem", None)
+        if st is None:
+            st = {"schemas": {}, "versions": {}, "settings": {}, "changes": [], "last_id": 0}
+            self._schemas_mem = st
+        return st
+
+    async def load_schemas(self) -> SchemaSnapshot:
+        self._check()
+        st = self._schema_state()
+        return SchemaSnapshot(
+            schemas=[copy.copy(r) for _, r in sorted(st["schemas"].items())],
+            versions=[copy.copy(v) for _, v in sorted(st["versions"].items())],
+            settings=copy.deepcopy(st["settings"]),
+        )
+
+    async def create_schema(
+        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
+    ) -> SchemaRecord:
+        self._check()
+        st = self._schema_state()
+        st["last_id"] += 1
+        record.id = change.schema_id = st["last_id"]
+        for v in versions:
+            v.schema_id = record.id
+        st["schemas"][record.id] = copy.copy(record)
+        self._put_versions(versions)
+        self._put_changes([change])
+        return record
+
+    def _put_versions(self, versions: Sequence[SchemaVersion]) -> None:
+        for v in versions:
+            self._schema_state()["versions"][(v.name, v.version)] = copy.copy(v)
+
+    def _put_changes(self, changes: Sequence[SchemaChange]) -> None:
+        log: list[SchemaChange] = self._schema_state()["changes"]
+        for x in changes:
+            y = copy.copy(x)
+            y.seq = len(log) + 1
+            log.append(y)
+
+    async def save_schema(
+        self,
+        record: SchemaRecord | None,
+        versions: Sequence[SchemaVersion],
+        changes: Sequence[SchemaChange],
+    ) -> None:
+        self._check()
+        if record is not None and record.id in self._schema_state()["schemas"]:
+            self._schema_state()["schemas"][record.id] = copy.copy(record)
+        self._put_versions(versions)
+        self._put_changes(changes)
+
+    async def put_schema_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+        self._check()
+        settings = self._schema_state()["settings"]
+        if value is None:
+            settings.pop(key, None)
+        else:
+            settings[key] = copy.deepcopy(value)
+        self._put_changes([change])
+
+    async def schema_changes(
+        self, schema_id: int | None, after: int = 0, limit: int | None = None
+    ) -> list[SchemaChange]:
+        self._check()
+        found = [
+            copy.copy(x) for x in self._schema_state()["changes"]
+            if x.seq > after and (schema_id is None or x.schema_id == schema_id)
+        ]
+        return found if limit is None or limit < 0 else found[:limit]

@@ -1,0 +1,102 @@
+"""What the store keeps for the schema registry, and the part of the interface for it.
+
+The registry holds every schema in memory (there are at most tens of thousands) and
+writes through to the store; the store assigns schema ids, which are never reused,
+even after a deletion (SQLite ``AUTOINCREMENT``; a counter in memory).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaStore", "SchemaVersion"]
+
+
+@dataclass(slots=True, kw_only=True)
+class SchemaRecord:
+    id: int = 0
+    """Assigned by :meth:`SchemaStore.create_schema`."""
+    format: str
+    model: str
+    canonical: str
+    replaces: int | None = None
+    created_at: int = 0
+    created_by: str = ""
+    state: str = "Active"
+    valid_from: int | None = None
+    valid_to: int | None = None
+    retention_s: int | None = None
+    starting_at: int = 0
+    deleted_at: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class SchemaVersion:
+    name: str
+    version: int
+    schema_id: int
+    created_at: int = 0
+    deleted_at: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class SchemaChange:
+    """One entry of the registry's audit log: who did what, when."""
+
+    schema_id: int | None
+    at: int
+    by: str
+    action: str
+    detail: str = ""
+    seq: int = 0
+    """Assigned by the store."""
+
+
+@dataclass(slots=True, kw_only=True)
+class SchemaSnapshot:
+    schemas: list[SchemaRecord] = field(default_factory=list)
+    versions: list[SchemaVersion] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Registry settings by key (limits, per-name compatibility), JSON values."""
+
+
+class SchemaStore(ABC):
+    @abstractmethod
+    async def load_schemas(self) -> SchemaSnapshot:
+        """Everything the registry keeps, deleted schemas included (their ids stay taken)."""
+
+    @abstractmethod
+    async def create_schema(
+        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
+    ) -> SchemaRecord:
+        """Store a new schema under a fresh id, with its versions (whose ``schema_id`` is
+        filled in) and the audit entry, in one transaction; returns the record with its id."""
+
+    @abstractmethod
+    async def save_schema(
+        self,
+        record: SchemaRecord | None,
+        versions: Sequence[SchemaVersion],
+        changes: Sequence[SchemaChange],
+    ) -> None:
+        """Update an existing schema and insert or update versions, atomically."""
+
+    @abstractmethod
+    async def put_schema_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+        """Set (or with ``value`` None remove) a registry setting, with its audit entry."""
+
+    @abstractmethod
+    async def schema_changes(
+        self, schema_id: int | None, after: int = 0, limit: int | None = None
+    ) -> list[SchemaChange]:
+        """Audit entries by ``seq``, of one schema or (``schema_id`` None) of all."""
+
+    @abstractmethod
+    async def trim_events(self, namespace: str, before: int) -> int:
+        """Delete the events of ``namespace`` stamped before ``before`` (UTC ns); returns how many.
+
+        Events that unconfirmed notifications or dead letters still point at are kept,
+        and the namespace's id chain goes on where it was."""

@@ -1,0 +1,195 @@
+"""The schema registry's tables in the SQLite store (mixed into ``SQLiteStore``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+
+from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
+
+__all__ = ["SCHEMA_DDL", "SQLiteSchemaStore"]
+
+T = TypeVar("T")
+
+SCHEMA_DDL = """
+CREATE TABLE IF NOT EXISTS schemas (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    format TEXT NOT NULL,
+    model TEXT NOT NULL,
+    canonical TEXT NOT NULL,
+    replaces INTEGER,
+    created_at INTEGER NOT NULL,
+    created_by TEXT NOT NULL,
+    state TEXT NOT NULL,
+    valid_from INTEGER,
+    valid_to INTEGER,
+    retention_s INTEGER,
+    starting_at INTEGER NOT NULL DEFAULT 0,
+    deleted_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS schema_versions (
+    name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    schema_id INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    deleted_at INTEGER,
+    PRIMARY KEY (name, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS schema_settings (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS schema_changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    schema_id INTEGER,
+    at INTEGER NOT NULL,
+    by TEXT NOT NULL,
+    action TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS schema_changes_schema ON schema_changes(schema_id, seq);
+"""
+
+_COLS = (
+    "id, format, model, canonical, replaces, created_at, created_by, state, valid_from, valid_to, "
+    "retention_s, starting_at, deleted_at"
+)
+
+
+def _record(r: tuple[Any, ...]) -> SchemaRecord:
+    return SchemaRecord(
+        id=r[0], format=r[1], model=r[2], canonical=r[3], replaces=r[4], created_at=r[5], created_by=r[6],
+        state=r[7], valid_from=r[8], valid_to=r[9], retention_s=r[10], starting_at=r[11], deleted_at=r[12],
+    )
+
+
+def _put_versions(c: sqlite3.Connection, versions: Sequence[SchemaVersion]) -> None:
+    c.executemany(
+        "INSERT INTO schema_versions(name, version, schema_id, created_at, deleted_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT(name, version) DO UPDATE SET schema_id = excluded.schema_id, deleted_at = excluded.deleted_at",
+        [(v.name, v.version, v.schema_id, v.created_at, v.deleted_at) for v in versions],
+    )
+
+
+def _put_changes(c: sqlite3.Connection, changes: Sequence[SchemaChange]) -> None:
+    c.executemany(
+        "INSERT INTO schema_changes(schema_id, at, by, action, detail) VALUES (?, ?, ?, ?, ?)",
+        [(x.schema_id, x.at, x.by, x.action, x.detail) for x in changes],
+    )
+
+
+class SQLiteSchemaStore(SchemaStore):
+    """Relies on ``SQLiteStore``'s ``_read`` and ``_write`` (the single writer thread)."""
+
+    _read: Callable[..., Any]
+    _write: Callable[..., Any]
+
+    async def load_schemas(self) -> SchemaSnapshot:
+        def q(c: sqlite3.Connection) -> SchemaSnapshot:
+            schemas = [_record(r) for r in c.execute(f"SELECT {_COLS} FROM schemas ORDER BY id")]
+            versions = [
+                SchemaVersion(name=r[0], version=r[1], schema_id=r[2], created_at=r[3], deleted_at=r[4])
+                for r in c.execute(
+                    "SELECT name, version, schema_id, created_at, deleted_at FROM schema_versions "
+                    "ORDER BY name, version"
+                )
+            ]
+            settings = {k: msgspec.json.decode(v) for k, v in c.execute("SELECT key, value FROM schema_settings")}
+            return SchemaSnapshot(schemas=schemas, versions=versions, settings=settings)
+
+        result: SchemaSnapshot = await self._read(q)
+        return result
+
+    async def create_schema(
+        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
+    ) -> SchemaRecord:
+        def job(c: sqlite3.Connection, w: object) -> SchemaRecord:
+            r = record
+            cur = c.execute(
+                "INSERT INTO schemas(format, model, canonical, replaces, created_at, created_by, state, valid_from, "
+                "valid_to, retention_s, starting_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (r.format, r.model, r.canonical, r.replaces, r.created_at, r.created_by, r.state, r.valid_from,
+                 r.valid_to, r.retention_s, r.starting_at, r.deleted_at),
+            )
+            new_id = int(cur.lastrowid or 0)
+            for v in versions:
+                v.schema_id = new_id
+            change.schema_id = new_id
+            _put_versions(c, versions)
+            _put_changes(c, [change])
+            r.id = new_id
+            return r
+
+        fut: asyncio.Future[SchemaRecord] = self._write(job)
+        return await fut
+
+    async def save_schema(
+        self,
+        record: SchemaRecord | None,
+        versions: Sequence[SchemaVersion],
+        changes: Sequence[SchemaChange],
+    ) -> None:
+        def job(c: sqlite3.Connection, w: object) -> None:
+            if record is not None:
+                r = record
+                c.execute(
+                    "UPDATE schemas SET state = ?, valid_from = ?, valid_to = ?, retention_s = ?, starting_at = ?, "
+                    "deleted_at = ?, model = ?, canonical = ? WHERE id = ?",
+                    (r.state, r.valid_from, r.valid_to, r.retention_s, r.starting_at, r.deleted_at, r.model,
+                     r.canonical, r.id),
+                )
+            _put_versions(c, versions)
+            _put_changes(c, changes)
+
+        await self._write(job)
+
+    async def put_schema_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+        def job(c: sqlite3.Connection, w: object) -> None:
+            if value is None:
+                c.execute("DELETE FROM schema_settings WHERE key = ?", (key,))
+            else:
+                c.execute(
+                    "INSERT INTO schema_settings(key, value) VALUES (?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (key, msgspec.json.encode(value)),
+                )
+            _put_changes(c, [change])
+
+        await self._write(job)
+
+    async def schema_changes(
+        self, schema_id: int | None, after: int = 0, limit: int | None = None
+    ) -> list[SchemaChange]:
+        def q(c: sqlite3.Connection) -> list[SchemaChange]:
+            where = "seq > ?" if schema_id is None else "schema_id = ? AND seq > ?"
+            args: tuple[Any, ...] = (after,) if schema_id is None else (schema_id, after)
+            rows = c.execute(
+                f"SELECT seq, schema_id, at, by, action, detail FROM schema_changes WHERE {where} "
+                "ORDER BY seq LIMIT ?",
+                (*args, -1 if limit is None else limit),
+            ).fetchall()
+            return [
+                SchemaChange(seq=r[0], schema_id=r[1], at=r[2], by=r[3], action=r[4], detail=r[5]) for r in rows
+            ]
+
+        result: list[SchemaChange] = await self._read(q)
+        return result
+
+    async def trim_events(self, namespace: str, before: int) -> int:
+        def job(c: sqlite3.Connection, w: object) -> int:
+            # The log's last event stays whatever its age: the next seq is derived from it.
+            cur = c.execute(
+                "DELETE FROM events WHERE namespace = ? AND timestamp < ? "
+                "AND seq < (SELECT MAX(seq) FROM events) "
+                "AND seq NOT IN (SELECT seq FROM notifications WHERE namespace = ?) "
+                "AND seq NOT IN (SELECT seq FROM dead_letters WHERE namespace = ?)",
+                (namespace, before, namespace, namespace),
+            )
+            return int(cur.rowcount)
+
+        fut: asyncio.Future[int] = self._write(job)
+        return await fut
