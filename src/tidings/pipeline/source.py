@@ -49,6 +49,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -103,22 +105,48 @@ def register(spark: Any) -> None:
 
 class TidingsDataSource(DataSource):
     """``spark.read.format("tidings")``: options ``path`` (data dir or db file, or ``load(path)``),
-    ``namespace``, ``fromId``, ``toId``, ``partitionSize``, ``ranges`` (JSON ``[[ns, lo, hi], ...]``)."""
+    ``namespace``, ``fromId``, ``toId``, ``partitionSize``, ``ranges`` (JSON ``[[ns, lo, hi], ...]``).
+
+    ``df.write.format("tidings")`` and ``writeStream`` publish rows through a broker:
+    :mod:`tidings.pipeline.sink`."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
+        if _table(self.options) != "events":
+            from .deliveries import DELIVERY_SCHEMA
+
+            return DELIVERY_SCHEMA
         return EVENT_SCHEMA
 
-    def reader(self, schema: StructType) -> TidingsReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if _table(self.options) != "events":  # option table: deliveries or pending
+            from .deliveries import DeliveriesReader
+
+            return DeliveriesReader.from_options(dict(self.options), schema)
         return TidingsReader.from_options(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .stream import TidingsStreamReader
 
         return TidingsStreamReader.from_options(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink import SinkOptions, TidingsWriter
+
+        return TidingsWriter(SinkOptions.parse(dict(self.options), schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink import SinkOptions, TidingsStreamWriter
+
+        return TidingsStreamWriter(SinkOptions.parse(dict(self.options), schema, overwrite))
+
+
+def _table(options: Any) -> str:
+    """The ``table`` option: ``events`` (the default), or a table of :mod:`tidings.pipeline.deliveries`."""
+    return str({k.lower(): v for k, v in dict(options).items()}.get("table", "events"))
 
 
 @dataclass
