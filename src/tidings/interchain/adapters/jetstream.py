@@ -1,0 +1,157 @@
+"""A network that is a NATS JetStream stream.
+
+Config: ``kind = "jetstream"``, optional ``url`` (default ``nats://127.0.0.1:4222``),
+``stream`` (default ``DLT_EVENTS``), ``subject`` (default ``dlt.events``) and
+``durable`` (the consumer name, default ``tidings-ied-<network>``). The stream is
+created on first use if it does not exist. Messages carry the publish body as JSON; on
+reading, ``id`` is the stream sequence, ``timestamp`` the stream's time in
+milliseconds, ``network`` this network's name. Following uses a durable pull consumer,
+acknowledging each message once the distributor has recorded it, so a restarted
+distributor goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from ...core.interchain import DltPublish, NetworkNotification, notification_of
+from ..errors import InterchainError, NetworkUnavailable
+from ._base import Deliver, Network
+
+__all__ = ["JetStreamNetwork"]
+
+_decode = msgspec.json.Decoder(DltPublish).decode
+_encode = msgspec.json.Encoder().encode
+_BATCH = 200
+
+
+class JetStreamNetwork(Network):
+    kind = "jetstream"
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.url = str(self.param("url", "nats://127.0.0.1:4222"))
+        self.stream = str(self.param("stream", "DLT_EVENTS"))
+        self.subject = str(self.param("subject", "dlt.events"))
+        self.durable = str(self.param("durable", f"tidings-ied-{self.name}"))
+        self._nc: Any = None
+        self._js: Any = None
+        self._ready = False
+
+    async def open(self) -> None:
+        try:
+            import nats
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise InterchainError("JetStream networks need the 'interchain' extra", code="missing_dependency") from e
+        self._nats = nats
+
+    async def _jetstream(self) -> Any:
+        if self._js is None or self._nc is None or self._nc.is_closed:
+            try:
+                self._nc = await self._nats.connect(self.url, connect_timeout=2, max_reconnect_attempts=-1,
+                                                    allow_reconnect=True)
+            except Exception as e:  # nats-py raises a variety of errors on connect
+                raise NetworkUnavailable(f"{self.name}: connect {self.url}: {e!r}") from e
+            self._js = self._nc.jetstream()
+            self._ready = False
+        if not self._ready:
+            from nats.js.errors import NotFoundError
+
+            try:
+                await self._js.stream_info(self.stream)
+            except NotFoundError:
+                await self._js.add_stream(name=self.stream, subjects=[self.subject])
+            self._ready = True
+        return self._js
+
+    async def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            await self._nc.close()
+
+    def _notification(self, msg: Any) -> NetworkNotification | None:
+        try:
+            body = _decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        meta = msg.metadata
+        ts = meta.timestamp
+        return notification_of(body, id=meta.sequence.stream,
+                               timestamp=int(ts.timestamp() * 1000) if ts is not None else None, network=self.name)
+
+    async def publish(self, event: DltPublish) -> None:
+        js = await self._jetstream()
+        try:
+            await js.publish(self.subject, _encode(event), stream=self.stream, timeout=5)
+        except Exception as e:  # timeouts, no responders, connection errors
+            raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {e!r}") from e
+
+    async def publish_many(self, events: list[DltPublish]) -> int:
+        """Publish without waiting for each ack, then wait for all: one round trip's
+        latency per batch instead of per event. Acks come back in order, so the count of
+        leading successes is the published prefix."""
+        js = await self._jetstream()
+        futures = []
+        try:
+            for e in events:
+                futures.append(await js.publish_async(self.subject, _encode(e), stream=self.stream))
+        except Exception as e:
+            if not futures:
+                raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {e!r}") from e
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        done = 0
+        for r in results:
+            if isinstance(r, BaseException):
+                break
+            done += 1
+        if done == 0:
+            raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {results[0]!r}")
+        return done
+
+    async def follow(self, deliver: Deliver) -> None:
+        from nats.errors import TimeoutError as NatsTimeout
+
+        js = await self._jetstream()
+        psub = await js.pull_subscribe(self.subject, durable=self.durable, stream=self.stream)
+        try:
+            while True:
+                try:
+                    msgs = await psub.fetch(_BATCH, timeout=1)
+                except (TimeoutError, NatsTimeout):
+                    continue
+                found = [n for n in map(self._notification, msgs) if n is not None]
+                if found:
+                    await deliver(found)
+                for msg in msgs:
+                    await msg.ack()
+        finally:
+            await psub.unsubscribe()
+
+    async def events(self) -> list[NetworkNotification]:
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        js = await self._jetstream()
+        total = (await js.stream_info(self.stream)).state.messages
+        out: list[NetworkNotification] = []
+        psub = await js.pull_subscribe(
+            self.subject, stream=self.stream,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE),
+        )
+        try:
+            seen = 0
+            while seen < total:
+                try:
+                    msgs = await psub.fetch(min(_BATCH, total - seen), timeout=2)
+                except (TimeoutError, NatsTimeout):
+                    break
+                for msg in msgs:
+                    seen += 1
+                    n = self._notification(msg)
+                    if n is not None:
+                        out.append(n)
+        finally:
+            await psub.unsubscribe()
+        return out

@@ -1,0 +1,282 @@
+"""The Interchain Event Distributor: replication between networks, and notification.
+
+On an event seen on network N (the "subscription to all events" of the spec):
+
+1. ``publishedEvents:N`` gets its global id (it is on N);
+2. for every other network M, the id is added to ``publishedEvents:M`` and, *only when
+   SADD says it was missing*, the body (``network`` stripped) is queued in M's outbox;
+3. for every subscription of interest it matches, the id is added to
+   ``notifiedEvents:<sub>`` and, only when it was missing, the notification (``network``
+   stripped) is queued in the subscription's outbox.
+
+Each of these is one atomic :meth:`State.mark`, so however many networks deliver the
+same id at once, each missing network gets one republish and each subscription one
+notification. Direct publication (``publishEvent``) marks every network the same way.
+
+One worker per outbox sends its payloads in order, one at a time, retrying the head
+with back-off while the target is down: events wait for a network that is away and
+reach it in order once it is back. A payload is removed only after the target took it,
+so a crash between the two sends it again (at least once to networks; consumers are
+protected by the notified sets, which are marked before queueing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+import msgspec
+
+from ..core.interchain import (
+    DltPublish,
+    DltSubscribe,
+    InvalidEvent,
+    NetworkNotification,
+    matches,
+    publish_body_of,
+    strip_network,
+    validate_publish,
+)
+from ..core.retry import Backoff
+from .adapters import Network
+from .errors import NetworkUnavailable
+from .state import Mark, State, notified_set, published_set
+
+__all__ = ["Distributor", "Subscription"]
+
+log = logging.getLogger("tidings.interchain")
+
+_encode = msgspec.json.Encoder().encode
+_decode_publish = msgspec.json.Decoder(DltPublish).decode
+_decode_sub = msgspec.json.Decoder(DltSubscribe).decode
+_BATCH = 100
+_SEND_BACKOFF = Backoff(initial_s=0.05, maximum_s=5.0)
+_FOLLOW_BACKOFF = Backoff(initial_s=0.2, maximum_s=5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    id: str
+    body: DltSubscribe
+
+    @staticmethod
+    def id_of(body: DltSubscribe) -> str:
+        """The same body gives the same id: subscribing twice does not notify twice."""
+        return hashlib.sha256(_encode(body)).hexdigest()[:16]
+
+
+@dataclass
+class _Outbox:
+    target: str
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    failing: bool = False
+    sent: int = 0
+
+
+class Distributor:
+    def __init__(
+        self,
+        networks: Sequence[Network],
+        state: State,
+        *,
+        backoff: Backoff = _SEND_BACKOFF,
+        restart_backoff: Backoff = _FOLLOW_BACKOFF,
+        notify_timeout_s: float = 10.0,
+    ) -> None:
+        self.networks = {n.name: n for n in networks}
+        self.state = state
+        self.backoff = backoff
+        self.restart_backoff = restart_backoff
+        self.subscriptions: dict[str, Subscription] = {}
+        self._outboxes: dict[str, _Outbox] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._notify_timeout = notify_timeout_s
+        self.following: dict[str, bool] = dict.fromkeys(self.networks, False)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read the kept subscriptions (call before serving requests)."""
+        for sub_id, raw in await self.state.subscriptions():
+            self.subscriptions[sub_id] = Subscription(sub_id, _decode_sub(raw))
+
+    async def run(self, *, follow: bool = True) -> None:
+        """Follow every network and drain every outbox until cancelled; with ``follow``
+        False, only drain the outboxes (a sending-only instance)."""
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._notify_timeout))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                for name in self.networks:
+                    if follow:
+                        tg.create_task(self._supervise(name), name=f"follow:{name}")
+                    self._start_outbox(f"net:{name}")
+                for sub_id in self.subscriptions:
+                    self._start_outbox(f"sub:{sub_id}")
+        finally:
+            self._tg = None
+            await self._http.close()
+
+    def _start_outbox(self, target: str) -> None:
+        if target in self._outboxes or self._tg is None:
+            return
+        box = self._outboxes[target] = _Outbox(target)
+        self._tg.create_task(self._drain(box), name=f"outbox:{target}")
+
+    def _wake(self, target: str) -> None:
+        box = self._outboxes.get(target)
+        if box is not None:
+            box.wake.set()
+
+    async def _supervise(self, name: str) -> None:
+        network = self.networks[name]
+        attempt = 0
+        while True:
+            try:
+                self.following[name] = True
+                await network.follow(lambda found, origin=name: self.on_events(origin, found))  # type: ignore[misc]
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                attempt += 1
+                level = logging.WARNING if attempt == 1 else logging.DEBUG
+                log.log(level, "following %s failed (try %d): %r", name, attempt, e)
+            self.following[name] = False
+            await asyncio.sleep(self.restart_backoff.delay(max(attempt, 1), random.random()))
+
+    # -- the flows --------------------------------------------------------------------
+
+    async def on_event(self, origin: str, n: NetworkNotification) -> None:
+        """An event seen on network ``origin``: replicate it where it is missing, notify
+        the subscriptions that want it and have not had it."""
+        await self.on_events(origin, [n])
+
+    async def on_events(self, origin: str, found: list[NetworkNotification]) -> None:
+        """Events seen on ``origin``, in its order: their marks go in one round trip."""
+        marks: list[Mark] = []
+        for n in found:
+            try:
+                body = publish_body_of(n)
+                gid = validate_publish(body)
+            except InvalidEvent as e:
+                log.warning("%s: event %s ignored: %s", origin, n.id, e)
+                continue
+            payload = _encode(body)
+            marks.append(Mark(published_set(origin), gid))
+            marks += [Mark(published_set(m), gid, f"net:{m}", payload) for m in self.networks if m != origin]
+            subs = [s for s in self.subscriptions.values() if matches(s.body, n.eventType, n.relevantMetadata)]
+            if subs:
+                note = _encode(strip_network(n))
+                marks += [Mark(notified_set(s.id), gid, f"sub:{s.id}", note) for s in subs]
+        if not marks:
+            return
+        added = await self.state.mark(marks)
+        for m, new in zip(marks, added, strict=True):
+            if new and m.outbox is not None:
+                self._wake(m.outbox)
+
+    async def publish(self, body: DltPublish) -> str:
+        """Direct publication: queue ``body`` for every network that does not have it yet.
+
+        Returns the global id. Marking the networks now means that when they deliver the
+        event back, nothing is republished."""
+        gid = validate_publish(body)
+        payload = _encode(body)
+        marks = [Mark(published_set(m), gid, f"net:{m}", payload) for m in self.networks]
+        for m, new in zip(marks, await self.state.mark(marks), strict=True):
+            if new and m.outbox is not None:
+                self._wake(m.outbox)
+        return gid
+
+    async def subscribe(self, body: DltSubscribe) -> Subscription:
+        """Keep a subscription of interest (durably) and start notifying it."""
+        sub = Subscription(Subscription.id_of(body), body)
+        await self.state.save_subscription(sub.id, _encode(body))
+        self.subscriptions.setdefault(sub.id, sub)
+        self._start_outbox(f"sub:{sub.id}")
+        return sub
+
+    # -- sending ----------------------------------------------------------------------
+
+    async def _send(self, target: str, payloads: list[bytes]) -> int:
+        """Send the head of an outbox; how many of ``payloads`` (a prefix) were taken."""
+        kind, _, name = target.partition(":")
+        if kind == "net":
+            return await self.networks[name].publish_many([_decode_publish(p) for p in payloads])
+        await self._notify(name, payloads[0])
+        return 1
+
+    async def _notify(self, name: str, payload: bytes) -> None:
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            return  # unknown after a restart with a different state: nothing to send to
+        if self._http is None:
+            raise RuntimeError("the distributor is not running")
+        try:
+            async with self._http.post(sub.body.notificationEndpoint, data=payload,
+                                       headers={"content-type": "application/json"},
+                                       allow_redirects=False) as resp:
+                if not 200 <= resp.status < 300:
+                    raise NetworkUnavailable(f"subscription {name}: endpoint answered {resp.status}")
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise NetworkUnavailable(f"subscription {name}: {e!r}") from e
+
+    async def _drain(self, box: _Outbox) -> None:
+        attempt = 0
+        while True:
+            box.wake.clear()
+            try:
+                batch = await self.state.peek(box.target, _BATCH)
+            except Exception:  # the state (Redis) is away: wait for it, keep the task
+                attempt += 1
+                log.warning("reading the outbox of %s failed", box.target, exc_info=attempt == 1)
+                await asyncio.sleep(self.backoff.delay(attempt, random.random()))
+                continue
+            if not batch:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):  # a safety net; wakes come from marks
+                        await box.wake.wait()
+                continue
+            try:
+                done = await self._send(box.target, batch)
+            except Exception as e:  # NetworkUnavailable, or a fault: never lose the outbox's task
+                attempt += 1
+                if not isinstance(e, NetworkUnavailable):
+                    log.exception("sending to %s failed unexpectedly", box.target)
+                elif not box.failing:
+                    log.warning("%s is unavailable, holding its events: %s", box.target, e)
+                box.failing = True
+                await asyncio.sleep(self.backoff.delay(attempt, random.random()))
+                continue
+            if box.failing:
+                log.warning("%s is back", box.target)
+            box.failing, attempt = False, 0
+            while True:
+                try:
+                    await self.state.pop(box.target, done)
+                    break
+                except Exception:  # sent but not removed: retry, or it would be sent again
+                    log.warning("removing sent items of %s failed; retrying", box.target, exc_info=True)
+                    await asyncio.sleep(1.0)
+            box.sent += done
+
+    # -- reading ----------------------------------------------------------------------
+
+    async def health(self) -> dict[str, object]:
+        nets = {}
+        for name in self.networks:
+            box = self._outboxes.get(f"net:{name}")
+            nets[name] = {
+                "following": self.following[name],
+                "failing": bool(box and box.failing),
+                "outbox": await self.state.outbox_size(f"net:{name}"),
+            }
+        return {"networks": nets, "subscriptions": len(self.subscriptions)}

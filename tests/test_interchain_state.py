@@ -1,0 +1,61 @@
+"""One contract for the distributor's state, run against real Redis and against SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tidings.interchain.state import Mark, RedisState, SQLiteState, State
+
+
+@pytest.fixture(params=["redis", "sqlite"])
+async def state(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[State]:
+    s: State
+    if request.param == "redis":
+        s = RedisState("redis://127.0.0.1:6379/0", f"test:ied:{uuid.uuid4().hex}:")
+    else:
+        s = SQLiteState(tmp_path / "state.db")
+    await s.open()
+    yield s
+    if isinstance(s, RedisState):
+        keys = [k async for k in s._r.scan_iter(match=s.prefix + "*")]
+        if keys:
+            await s._r.delete(*keys)
+    await s.close()
+
+
+async def test_mark_enqueues_only_when_newly_added(state: State) -> None:
+    assert await state.mark([Mark("publishedEvents:A", "g1", "net:A", b"p1"), Mark("publishedEvents:B", "g1")]) == [
+        True, True]
+    assert await state.mark([Mark("publishedEvents:A", "g1", "net:A", b"again")]) == [False]
+    assert await state.mark([Mark("publishedEvents:A", "g2", "net:A", b"p2")]) == [True]
+    assert await state.members("publishedEvents:A") == {"g1", "g2"}
+    assert await state.peek("net:A", 10) == [b"p1", b"p2"]
+    assert await state.outbox_size("net:A") == 2
+    await state.pop("net:A", 1)
+    assert await state.peek("net:A", 10) == [b"p2"]
+    assert await state.peek("net:B", 10) == []
+
+
+async def test_concurrent_marks_of_one_id_enqueue_once(state: State) -> None:
+    async def one(i: int) -> list[bool]:
+        return await state.mark([Mark("notifiedEvents:s", f"g{k}", "sub:s", f"{i}:{k}".encode()) for k in range(50)])
+
+    results = await asyncio.gather(*(one(i) for i in range(8)))
+    assert [sum(r[k] for r in results) for k in range(50)] == [1] * 50
+    assert await state.outbox_size("sub:s") == 50
+
+
+async def test_subscriptions_and_cursors(state: State) -> None:
+    assert await state.save_subscription("s1", b"{}")
+    assert not await state.save_subscription("s1", b"{}")
+    await state.save_subscription("s0", b"[]")
+    assert await state.subscriptions() == [("s0", b"[]"), ("s1", b"{}")]
+    assert await state.get_cursor("redis:A") is None
+    await state.set_cursor("redis:A", "1-0")
+    await state.set_cursor("redis:A", "2-0")
+    assert await state.get_cursor("redis:A") == "2-0"
