@@ -229,7 +229,31 @@ async def replay(s: Settings) -> list[Row]:
 
 
 async def dedup(s: Settings) -> list[Row]:
-    return [Row("dedup", "tidings", "distributor dedup checks", "checks/s", skipped="not built yet (issue 9)")]
+    """The distributor's atomic marks against Redis beside raw pipelined SADD, then
+    replication across three networks (a Redis stream, a JetStream stream, a broker)."""
+    from bench import interchain as ic
+
+    checks, events, timeout = (5_000, 200, 120.0) if s.quick else (200_000, 5_000, 600.0)
+    how = f"{checks:,} global ids pipelined by 500"
+    marks = await _guard("dedup", "tidings", f"RedisState.mark (atomic SADD), {how}", "checks/s", timeout,
+                         lambda: ic.dedup(checks, 500), lambda d: {"checks/s": d["RedisState.mark (SADD)"]},
+                         s.peers.get("redis"))
+    rows = [marks]
+    if marks.details:
+        enqueue = Row("dedup", "tidings", f"mark + outbox enqueue (Lua script), {how}", "checks/s",
+                      {"checks/s": marks.details["RedisState.mark + enqueue (script)"]})
+        raw = Row("dedup", "Redis", f"raw redis.asyncio SADD, {how}", "checks/s",
+                  {"checks/s": marks.details["raw redis.asyncio SADD"]})
+        rows += [enqueue, raw]
+
+    async def replicate() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-ied-") as d:
+            return {"events_per_s": await ic.replication(events, Path(d))}
+
+    rows.append(await _guard("dedup", "tidings", f"replication of {events:,} events: Redis stream -> JetStream "
+                             "+ tidings broker", "events/s", timeout, replicate,
+                             lambda d: {"events/s": d["events_per_s"]}, s.peers.get("nats")))
+    return rows
 
 
 # -- e. memory -----------------------------------------------------------------------------

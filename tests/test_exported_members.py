@@ -10,12 +10,14 @@ CLIENT = {
     "ItemError", "ItemResult", "Principal", "Publisher", "Subscriber", "SyncAdmin", "SyncPublisher",
     "TransportError", "Value", "from_python", "item_result", "to_python",
     "SchemaWarning", "Schemas", "SyncSchemas", "schema_result",
+    "Replays", "SyncReplays", "replay_result",
 }
 
 STORE = {
-    "DeadLetter", "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord", "PublicationRecord",
-    "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord", "SubscriptionSecret",
+    "DeadLetter", "DeliveryRecord", "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord",
+    "PublicationRecord", "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord", "SubscriptionSecret",
     "SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaVersion",
+    "InsufficientCredit", "ReplayCounts", "ReplayRecord",
 }
 
 
@@ -40,6 +42,8 @@ def test_store_interface_methods() -> None:
         "append", "read_after", "read_seqs", "head", "open_notifications", "settle_notifications",
         "get_notifications", "pending", "pending_counts", "last_notification_id", "count_attempt",
         "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters",
-        "add_stats", "stats", "stat_keys",
+        "deliveries", "add_stats", "stats", "stat_keys",
         "load_schemas", "create_schema", "save_schema", "put_schema_setting", "schema_changes", "trim_events",
+        "create_replay", "list_replays", "get_replays", "move_replay", "record_replay_batch", "replay_events",
+        "replay_counts", "sweep_replay_notes", "read_range", "last_event_id", "fund_credit", "credit_balance",
     }

@@ -36,7 +36,7 @@ def test_expire_runs_without_spark(tmp_path: Path, capsys: pytest.CaptureFixture
     make_store(tmp_path / "var", {"a": 1})
     args = parser().parse_args(["pipeline", "expire", "--data-dir", str(tmp_path / "var")])
     assert run_pipeline(args) == 0
-    assert json.loads(capsys.readouterr().out) == {"expired": []}
+    assert json.loads(capsys.readouterr().out) == {"expired": [], "deliveries_trimmed": 0}
     args = parser().parse_args(["pipeline", "expire", "--data-dir", str(tmp_path / "nowhere")])
     assert run_pipeline(args) == 2
     assert "no event store" in capsys.readouterr().err

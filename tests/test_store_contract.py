@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -610,3 +611,61 @@ async def test_trim_events_keeps_what_is_still_owed_and_the_chain(store: Store) 
     assert (new[0].seq, new[0].id, new[0].prev_id) == (5, 4, 3)
     assert await store.trim_events("a", 10_000) == 1
     assert [e.seq for e in await store.read_after(0)] == [2, 3, 5]
+
+
+async def test_deliveries_record_each_outcome_with_what_it_settled(store: Store) -> None:
+    from tidings.store import DeadLetter, DeliveryRecord
+
+    published = await store.append([ev("a", 1), ev("a", 2), ev("a", 3)])
+    s = await store.create_subscription(sub("a", subscriber="carol"))
+    ids = await store.open_notifications(s.id, published, published[-1].seq)
+    created = {p.id: p.created_at for p in await store.pending(s.id)}
+    await store.count_attempt([ids[0], ids[0]])
+    assert await store.deliveries() == []
+
+    before = time.time_ns()
+    assert await store.settle_notifications([ids[0], ids[0], 99_999]) == [ids[0]]
+    assert await store.settle_notifications([ids[0]]) == []  # settled once, recorded once
+    letter = DeadLetter(id=ids[1], subscription_id=s.id, subscriber="carol", seq=published[1].seq, namespace="a",
+                        event_id=published[1].id, attempts=4, reason="HTTP 500", dead_at=before + 5)
+    assert await store.dead_letter([letter, letter]) == [ids[1]]
+    assert await store.drop_dead_letters([ids[1], 12_345]) == [ids[1]]
+    after = time.time_ns()
+
+    got = await store.deliveries()
+    assert all(isinstance(r, DeliveryRecord) for r in got)
+    assert [r.serial for r in got] == [1, 2, 3] and not any(r.replay for r in got)
+    confirmed, dead, dropped = got
+    e0, e1 = published[0], published[1]
+    assert (confirmed.notification_id, confirmed.subscription_id, confirmed.subscriber, confirmed.namespace,
+            confirmed.seq, confirmed.event_id, confirmed.source, confirmed.event_timestamp, confirmed.created_at,
+            confirmed.attempts, confirmed.outcome) == (
+        ids[0], s.id, "carol", "a", e0.seq, e0.id, "src", e0.timestamp, created[ids[0]], 3, "confirmed",
+    )
+    assert before <= confirmed.settled_at <= after
+    assert (dead.notification_id, dead.event_id, dead.event_timestamp, dead.created_at, dead.settled_at,
+            dead.attempts, dead.outcome) == (ids[1], e1.id, e1.timestamp, created[ids[1]], before + 5, 4, "dead")
+    assert (dropped.notification_id, dropped.subscriber, dropped.source, dropped.created_at, dropped.attempts,
+            dropped.outcome) == (ids[1], "carol", "src", None, 4, "dropped")
+    assert before <= dropped.settled_at <= after
+    # Paging, and the pending notification left has no record yet.
+    assert [r.serial for r in await store.deliveries(after=1, limit=1)] == [2]
+    assert [r.notification_id for r in await store.deliveries()] == [ids[0], ids[1], ids[1]]
+
+
+async def test_deliveries_of_replayed_notifications_are_marked_and_keep_their_event(store: Store) -> None:
+    from tidings.store._replays import ReplayRecord
+
+    published = await store.append([ev("a", 1), ev("a", 2)])
+    s = await store.create_subscription(sub("a"))
+    assert await store.trim_events("a", 10_000) == 1  # the first event leaves the hot log
+    replay = await store.create_replay(ReplayRecord(requester="alice", namespace="a", subscription_id=s.id,
+                                                    from_id=1, to_id=3))
+    assert await store.move_replay(replay.id, "running", from_states=["pending"], now=5) is not None
+    ids = await store.record_replay_batch(replay.id, s.id, published, 2, now=5)
+    assert ids is not None
+    await store.settle_notifications(ids)
+    records = await store.deliveries()
+    assert [(r.notification_id, r.replay, r.event_id, r.source, r.event_timestamp) for r in records] == [
+        (i, True, e.id, "src", e.timestamp) for i, e in zip(ids, published, strict=True)
+    ]

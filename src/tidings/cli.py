@@ -7,7 +7,10 @@
     tidings principal token NAME [--data-dir D]
     tidings principal list [--data-dir D]
     tidings dead-letters list|redrive|drop ...
+    tidings distributor serve|reconcile --config FILE ... (see interchain/cli.py)
     tidings schema register|get|list|versions|deprecate|retract|delete|retention|... (see _cli_schema)
+    tidings replay register|cancel|status|list|fund|credit ... (see _cli_replay)
+    tidings pipeline archive|expire|stats ... (Spark jobs; see pipeline/cli.py)
 
 ``principal`` commands work on the embedded store directly (also while the server
 runs), so the first tokens can be made before any exists.
@@ -26,8 +29,11 @@ from pathlib import Path
 import msgspec
 
 from . import __version__
+from ._cli_replay import add_replay_parser, run_replay
 from ._cli_schema import add_schema_parser, run_schema
 from .errors import TidingsError
+from .interchain.cli import add_distributor_parser, run_distributor
+from .pipeline.cli import add_pipeline_parser, run_pipeline
 from .settings import Settings
 
 __all__ = ["main"]
@@ -77,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     schema_common.add_argument("--token", default=argparse.SUPPRESS, help="bearer token (env TIDINGS_TOKEN)")
     schema_common.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS)
     add_schema_parser(sub, schema_common)
+    add_replay_parser(sub, schema_common)
+    add_distributor_parser(sub)
+    add_pipeline_parser(sub)
     return p
 
 
@@ -104,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "distributor":
+            return run_distributor(args)
+        if args.command == "pipeline":
+            return run_pipeline(args)
         if args.command == "dead-letters":
             return asyncio.run(_dead_letters(args))
         if args.command == "schema":
@@ -112,6 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             url = getattr(args, "url", None) or os.environ.get("TIDINGS_URL", "http://127.0.0.1:8072")
             return asyncio.run(run_schema(args, url, token))
+        if args.command == "replay":
+            token = _api_token(args)
+            if token is None:
+                return 2
+            url = getattr(args, "url", None) or os.environ.get("TIDINGS_URL", "http://127.0.0.1:8072")
+            return asyncio.run(run_replay(args, url, token))
         return asyncio.run(_principal(args))
     except TidingsError as e:
         print(f"tidings: {e}", file=sys.stderr)

@@ -76,6 +76,25 @@ class Settings:
     """How often events past their schema's retention are trimmed from the log (0: never on
     a timer; ``tidings_apply_retention`` still does it on demand)."""
 
+    archive_dir: str = ""
+    """The Parquet archive (``tidings pipeline archive --archive-dir``) replays read through
+    Spark for ids at or below its mark; empty: ``<data_dir>/archive`` if it has a manifest."""
+
+    spark_master: str = ""
+    """Where the replay's Spark session runs (empty: ``local[*]``, started on first use)."""
+
+    replay_max_range: int = 1_000_000
+    """Most events one replay request may span; more answer ``RangeTooLarge``."""
+
+    replay_max_per_principal: int = 4
+    """Most pending or running replays of one requester (beyond: GenericError 7701)."""
+
+    replay_max_concurrent: int = 8
+    """Most pending or running replays in all (beyond: GenericError 7702)."""
+
+    replay_read_size: int = 2_000
+    """Events a replay reads from the hot log at a time (the archive: 25 times as many)."""
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``TIDINGS_*`` variables, then ``overrides`` (``None`` values ignored)."""

@@ -37,6 +37,7 @@ from ..core.wire import (
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord
 from ._method import Handler, Method, Reply
+from .replay_methods import REPLAY_METHODS
 from .schema_methods import SCHEMA_METHODS
 
 __all__ = ["METHODS", "Method"]
@@ -220,5 +221,6 @@ METHODS: dict[str, Method] = {
         ),
         Method("tidings_whoami", None, Whoami, _whoami, "The calling principal.", None),
         *SCHEMA_METHODS,
+        *REPLAY_METHODS,
     ]
 }

@@ -235,6 +235,32 @@ class Delivery:
         if ids:
             self._last_notification = max(self._last_notification, ids[-1])
 
+    async def events_of(self, notes: Sequence[PendingNotification]) -> dict[int, StoredEvent]:
+        """Each notification's event, by notification id: a replayed one carries its own
+        copy (with the replay headers; an archived event is not in the log any more)."""
+        copies = await self._store.replay_events([p.id for p in notes])
+        rest = [p.seq for p in notes if p.id not in copies]
+        by_seq = {e.seq: e for e in await self._store.read_seqs(rest)} if rest else {}
+        out = dict(copies)
+        out.update((p.id, by_seq[p.seq]) for p in notes if p.id not in copies and p.seq in by_seq)
+        return out
+
+    async def push(self, sub_id: int, notes: Sequence[tuple[int, StoredEvent]], created_at: int) -> bool:
+        """Push notifications recorded outside the live path (a replay's) through the
+        subscription's own retry, confirmation and dead-letter handling, beside its live
+        batches. False when the subscription is gone, or ended by this push."""
+        w = self._workers.get(sub_id)
+        if w is None:
+            return False
+        self.note_issued([i for i, _ in notes])
+        try:
+            await w._deliver([_Note(i, e, 0, created_at) for i, e in notes])
+        except _Gone as gone:
+            await self.ended(sub_id, str(gone))
+            return False
+        w.wakeup.set()  # oneshot: its idle wait now has an ack deadline to watch
+        return True
+
     async def ended(self, sub_id: int, reason: str) -> None:
         self.metrics.subscriptions_ended += 1
         if self._on_gone is not None:
@@ -386,9 +412,9 @@ class _Worker:
         size = self.d._settings.delivery_batch_size
         for i in range(0, len(pending), size):
             chunk = pending[i : i + size]
-            events = {e.seq: e for e in await self.d._store.read_seqs([p.seq for p in chunk])}
+            events = await self.d.events_of(chunk)
             await self._deliver([
-                _Note(p.id, events[p.seq], p.attempts, p.created_at) for p in chunk if p.seq in events
+                _Note(p.id, events[p.id], p.attempts, p.created_at) for p in chunk if p.id in events
             ])
 
     async def _resend_redriven(self) -> None:
@@ -492,7 +518,11 @@ class _Worker:
                         [n.id for n in done], {n.id: _stats(self.sub, [n.event], "confirmations") for n in done}
                     ))
                     now = self.d.now_ns()
-                    metrics.confirmed((now - n.event.timestamp) / 1e9 for n in done if n.id in settled)
+                    # A replayed event's age is not a delivery latency (docs/replay.md).
+                    metrics.confirmed(
+                        (now - n.event.timestamp) / 1e9 for n in done
+                        if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
+                    )
                 batch = [n for i, n in enumerate(batch) if i in failed]
                 if not batch:
                     return

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from ..core import config as cfg
 from ..core import values, webhooks
 from ..core.namespaces import is_pattern, matcher, namespace_error, pattern_error
+from ..core.replay import read_pricing
 from ..core.wire import (
     BroadcasterInfo,
     InfoQuery,
@@ -276,6 +277,7 @@ class Orchestrator:
     def _config_problem(self, config: list[Any]) -> str | None:
         try:
             conf = cfg.PublicationConfig.read(config)
+            read_pricing(config)  # icrc77:pricing (docs/replay.md)
         except cfg.ImproperConfig as e:
             return str(e)
         if conf.schema is not None and self.schema_problem is not None:

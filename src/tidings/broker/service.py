@@ -26,6 +26,7 @@ from .dead_letters import DeadLetters
 from .delivery import Delivery
 from .metrics import Metrics
 from .orchestrator import Orchestrator
+from .replay import Replays
 from .signing import Signing
 from .tail import Tail
 
@@ -67,6 +68,8 @@ class Broker:
         self.retention = Retention(store, self.schemas, self.binder, self.orchestrator)
         self._runner: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
+        self.replays = Replays(store, self.orchestrator, self.delivery, settings)
+        self._replay_task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -91,6 +94,7 @@ class Broker:
             if self._runner.done():
                 ready.cancel()
                 self._runner.result()  # raises what stopped delivery
+            self._replay_task = asyncio.create_task(self.replays.run(), name="tidings-replays")
             if self.settings.retention_interval_s > 0:
                 self._retention_task = asyncio.create_task(
                     self.retention.run(self.settings.retention_interval_s), name="tidings-retention"
@@ -100,12 +104,13 @@ class Broker:
             raise
 
     async def stop(self) -> None:
-        for task in (self._retention_task,):
+        for task in (self._retention_task, self._replay_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._retention_task = None
+        self._retention_task = self._replay_task = None
+        await asyncio.to_thread(self.replays.close)
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):

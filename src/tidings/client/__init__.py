@@ -9,9 +9,10 @@ from ..core.wire import ConfirmResult, Event, EventNotification, ItemResult
 from ._admin import Admin
 from ._errors import ApiResponseError, ClientError, ItemError, TransportError
 from ._publisher import Publisher, SchemaWarning, item_result
+from ._replays import Replays, replay_result
 from ._schemas import Schemas, schema_result
 from ._subscriber import Handler, Subscriber
-from ._sync import SyncAdmin, SyncPublisher, SyncSchemas
+from ._sync import SyncAdmin, SyncPublisher, SyncReplays, SyncSchemas
 
 __all__ = [
     "Admin",
@@ -25,16 +26,19 @@ __all__ = [
     "ItemResult",
     "Principal",
     "Publisher",
+    "Replays",
     "SchemaWarning",
     "Schemas",
     "Subscriber",
     "SyncAdmin",
     "SyncPublisher",
+    "SyncReplays",
     "SyncSchemas",
     "TransportError",
     "Value",
     "from_python",
     "item_result",
+    "replay_result",
     "schema_result",
     "to_python",
 ]

@@ -16,9 +16,10 @@ from typing import Any, Generic, TypeVar
 
 from ._admin import Admin
 from ._publisher import Publisher
+from ._replays import Replays
 from ._schemas import Schemas
 
-__all__ = ["SyncAdmin", "SyncPublisher", "SyncSchemas"]
+__all__ = ["SyncAdmin", "SyncPublisher", "SyncReplays", "SyncSchemas"]
 
 T = TypeVar("T")
 
@@ -87,3 +88,10 @@ class SyncSchemas(_Blocking[Schemas]):
 
     def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
         super().__init__(lambda: Schemas(url, token, timeout=timeout))
+
+
+class SyncReplays(_Blocking[Replays]):
+    """:class:`Replays` with blocking methods."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+        super().__init__(lambda: Replays(url, token, timeout=timeout))

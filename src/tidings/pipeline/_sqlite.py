@@ -33,6 +33,7 @@ __all__ = [
     "read_range",
     "retention_of",
     "trim_archived",
+    "trim_deliveries",
 ]
 
 EVENT_COLUMNS: Final = "seq, namespace, id, prev_id, timestamp, source, headers, data"
@@ -158,6 +159,32 @@ def trim_archived(conn: sqlite3.Connection, namespace: str, upto: int) -> int:
             raise
         lo = hi + 1
     return total
+
+
+def trim_deliveries(conn: sqlite3.Connection, before_ns: int) -> int:
+    """Delete the delivery records settled before ``before_ns``; the number deleted.
+
+    In transactions of :data:`TRIM_BATCH` rows, oldest first, so the server's writer
+    (which appends records as it settles notifications) never waits long.
+    """
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deliveries'").fetchone() is None:
+        return 0  # a store written before delivery records existed
+    total = 0
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cur = conn.execute(
+                "DELETE FROM deliveries WHERE serial IN "
+                "(SELECT serial FROM deliveries WHERE settled_at < ? ORDER BY settled_at LIMIT ?)",
+                (before_ns, TRIM_BATCH),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        total += int(cur.rowcount)
+        if cur.rowcount < TRIM_BATCH:
+            return total
 
 
 def retention_of(conn: sqlite3.Connection, namespace: str) -> int | None:

@@ -4,11 +4,16 @@
 
     tidings pipeline archive [--data-dir D] [--archive-dir A] [--older-than 30d] [--namespace NS ...]
                              [--no-trim] [--no-retention] [--partition-size N] [--master URL]
-    tidings pipeline expire  [--data-dir D] [--archive-dir A]
+                             [--keep-deliveries 30d]
+    tidings pipeline expire  [--data-dir D] [--archive-dir A] [--keep-deliveries 30d]
+    tidings pipeline stats   [--data-dir D] [--archive-dir A] [--out report.html] [--since 24h]
+                             [--bucket 1h] [--master URL]
 
 ``archive`` moves old events into the Parquet archive, trims the hot log, then applies
-the registry's retention to the archive; ``expire`` only applies retention (no Spark).
-Both print a JSON summary on stdout and their progress on stderr. ``--master`` runs on
+the registry's retention to the archive and to the delivery records; ``expire`` only
+applies retention (no Spark). ``stats`` computes the delivery statistics and writes
+their HTML report (:mod:`tidings.pipeline.stats_cli`). All print a JSON summary on
+stdout and their progress on stderr. ``--master`` runs on
 a cluster (``spark://...``, ``yarn``, ``k8s://...``) or, as ``sc://host:port``, through
 Spark Connect; the default is ``local[*]``.
 
@@ -33,6 +38,8 @@ from ..errors import TidingsError
 __all__ = ["add_pipeline_parser", "main", "parse_duration", "run_pipeline"]
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+KEEP_DELIVERIES = "30d"
+"""How long delivery records (what the statistics job reads) are kept by default."""
 
 
 def parse_duration(text: str) -> float:
@@ -61,8 +68,20 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     a.add_argument("--partition-size", type=int, default=1_000_000, help="events per Spark task")
     a.add_argument("--master", help="Spark master or Spark Connect URL sc://HOST:PORT (default local[*])")
     a.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    a.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
+                   help=f"delete delivery records older than this (default {KEEP_DELIVERIES})")
 
-    sub.add_parser("expire", parents=[common], help="delete archive partitions past their retention")
+    e = sub.add_parser("expire", parents=[common], help="delete archive partitions past their retention")
+    e.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
+                   help=f"delete delivery records older than this (default {KEEP_DELIVERIES})")
+
+    s = sub.add_parser("stats", parents=[common], help="delivery statistics and an HTML report")
+    s.add_argument("--out", type=Path, default=Path("tidings-stats.html"),
+                   help="the HTML report to write (default ./tidings-stats.html)")
+    s.add_argument("--since", type=parse_duration, help="only the last ... (e.g. 24h, 7d; default everything kept)")
+    s.add_argument("--bucket", default="1h", help="time-series bucket (e.g. 5m, 1h, 1d; default 1h)")
+    s.add_argument("--master", help="Spark master or Spark Connect URL sc://HOST:PORT (default local[*])")
+    s.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
@@ -77,8 +96,13 @@ def run_pipeline(args: argparse.Namespace) -> int:
             from .archive import expire
 
             gone = expire(data_dir=data_dir, archive_dir=archive_dir)
-            _emit({"expired": [dataclasses.asdict(g) for g in gone]})
+            trimmed = _trim_deliveries(data_dir, args.keep_deliveries)
+            _emit({"expired": [dataclasses.asdict(g) for g in gone], "deliveries_trimmed": trimmed})
             return 0
+        if args.pipeline_action == "stats":
+            from .stats_cli import run_stats
+
+            return run_stats(args, data_dir, archive_dir)
         return _archive(args, data_dir, archive_dir)
     except TidingsError as e:
         print(f"tidings pipeline: {e}", file=sys.stderr)
@@ -109,6 +133,7 @@ def _archive(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int
             progress=progress,
         )
         gone = [] if args.no_retention else expire(data_dir=data_dir, archive_dir=archive_dir)
+        trimmed = 0 if args.no_retention else _trim_deliveries(data_dir, args.keep_deliveries)
     finally:
         spark.stop()
     rate = run.events / run.total_s if run.total_s else 0.0
@@ -116,9 +141,16 @@ def _archive(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int
     _emit({
         "before": run.before, "events": run.events, "spark_s": round(run.spark_s, 3),
         "total_s": round(run.total_s, 3), "namespaces": [dataclasses.asdict(n) for n in run.namespaces],
-        "expired": [dataclasses.asdict(g) for g in gone],
+        "expired": [dataclasses.asdict(g) for g in gone], "deliveries_trimmed": trimmed,
     })
     return 0
+
+
+def _trim_deliveries(data_dir: Path, keep_s: float) -> int:
+    from . import _sqlite
+
+    with _sqlite.connect(data_dir, write=True) as conn:
+        return _sqlite.trim_deliveries(conn, time.time_ns() - int(keep_s * 1e9))
 
 
 def _emit(obj: Any) -> None:

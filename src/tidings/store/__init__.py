@@ -12,17 +12,23 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
+from ._deliveries import DeliveryRecord
+from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord
 from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaVersion
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 __all__ = [
     "DeadLetter",
+    "DeliveryRecord",
+    "InsufficientCredit",
     "MemoryStore",
     "NewEvent",
     "PendingNotification",
     "PrincipalRecord",
     "PublicationRecord",
+    "ReplayCounts",
+    "ReplayRecord",
     "SQLiteStore",
     "SchemaChange",
     "SchemaRecord",

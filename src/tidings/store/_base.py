@@ -24,10 +24,13 @@ from typing import Any
 
 import msgspec
 
+from ._deliveries import DeliveryRecord
+from ._replays import ReplayStore
 from ._schemas import SchemaStore
 
 __all__ = [
     "DeadLetter",
+    "DeliveryRecord",
     "NewEvent",
     "PendingNotification",
     "PrincipalRecord",
@@ -141,7 +144,7 @@ class Stat:
     delta: int = 1
 
 
-class Store(SchemaStore, ABC):
+class Store(SchemaStore, ReplayStore, ABC):
     """Async storage for one broker. Open with ``await store.open()``, close with ``close()``."""
 
     @abstractmethod
@@ -327,6 +330,15 @@ class Store(SchemaStore, ABC):
     @abstractmethod
     async def drop_dead_letters(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
         """Delete dead letters for good; return the ids that existed."""
+
+    # -- delivery records -------------------------------------------------------------
+
+    @abstractmethod
+    async def deliveries(self, after: int = 0, limit: int | None = None) -> list[DeliveryRecord]:
+        """Delivery records (``tidings.store._deliveries``) with ``serial > after``, in order.
+
+        ``settle_notifications``, ``dead_letter`` and ``drop_dead_letters`` each append one
+        per notification they change (confirmed, dead, dropped), in the same transaction."""
 
     # -- statistics -------------------------------------------------------------------
 

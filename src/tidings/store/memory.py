@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -33,6 +33,8 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
+from ._deliveries import DeliveryRecord, Outcome
+from ._memory_replays import MemoryReplayStore
 from ._memory_schemas import MemorySchemaStore
 
 __all__ = ["MemoryStore"]
@@ -77,7 +79,7 @@ class _Sub:
         )
 
 
-class MemoryStore(MemorySchemaStore, Store):
+class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
     """Everything in this process's memory; lost when the object is. Survives close/open."""
 
     def __init__(self) -> None:
@@ -97,6 +99,7 @@ class MemoryStore(MemorySchemaStore, Store):
         self._stats: dict[tuple[str, str, str], int] = {}
         self._dead: dict[int, DeadLetter] = {}
         self._secrets: dict[int, list[SubscriptionSecret]] = {}  # in the order added
+        self._deliveries: list[DeliveryRecord] = []  # serial n is at index n - 1
 
     async def open(self) -> None:
         self._open = True
@@ -358,11 +361,17 @@ class MemoryStore(MemorySchemaStore, Store):
     ) -> list[int]:
         self._check()
         per_id = stats or {}
+        now = time.time_ns()
+        records = [
+            self._delivery(n, "confirmed", now, n.attempts + 1)
+            for i in dict.fromkeys(ids) if (n := self._notes.get(i)) is not None
+        ]
         done = []
         for i in ids:
             if self._notes.pop(i, None) is not None:
                 done.append(i)
         self._apply_stats(_aggregate(s for i in done for s in per_id.get(i, ())))
+        self._keep(records)
         return done
 
     async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
@@ -397,12 +406,17 @@ class MemoryStore(MemorySchemaStore, Store):
     async def dead_letter(self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()) -> list[int]:
         self._check()
         agg = _aggregate(stats)
+        records = {
+            d.id: self._delivery(n, "dead", d.dead_at, d.attempts, subscriber=d.subscriber)
+            for d in letters if (n := self._notes.get(d.id)) is not None
+        }
         moved = []
         for d in letters:
             if self._notes.pop(d.id, None) is not None:
                 self._dead[d.id] = d
                 moved.append(d.id)
         self._apply_stats(agg)
+        self._keep(records.values())
         return moved
 
     async def list_dead_letters(
@@ -431,9 +445,50 @@ class MemoryStore(MemorySchemaStore, Store):
     async def drop_dead_letters(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
         self._check()
         agg = _aggregate(stats)
+        now = time.time_ns()
+        records = [
+            self._delivery(
+                PendingNotification(id=d.id, subscription_id=d.subscription_id, seq=d.seq, namespace=d.namespace),
+                "dropped", now, d.attempts, subscriber=d.subscriber, created_at=None,
+            )
+            for i in dict.fromkeys(ids) if (d := self._dead.get(i)) is not None
+        ]
         done = [i for i in ids if self._dead.pop(i, None) is not None]
         self._apply_stats(agg)
+        self._keep(records)
         return done
+
+    # -- delivery records -------------------------------------------------------------
+
+    def _delivery(
+        self, n: PendingNotification, outcome: Outcome, settled_at: int, attempts: int, *,
+        subscriber: str | None = None, created_at: int | Literal["pending"] | None = "pending",
+    ) -> DeliveryRecord:
+        """The record of ``n``'s outcome, numbered by :meth:`_keep`."""
+        # A replayed notification's event may have left the log: the replay keeps a copy.
+        replayed = self._replay_state()["notes"].get(n.id)
+        e = self._events[n.seq - 1] if 1 <= n.seq <= len(self._events) and n.seq not in self._trimmed else None
+        if e is None and replayed is not None:
+            e = replayed[1]
+        if subscriber is None:
+            sub = self._subs.get(n.subscription_id)
+            subscriber = "" if sub is None else sub.subscriber
+        return DeliveryRecord(
+            serial=0, notification_id=n.id,
+            subscription_id=n.subscription_id, subscriber=subscriber, namespace=n.namespace, seq=n.seq,
+            event_id=0 if e is None else e.id, source=None if e is None else e.source,
+            event_timestamp=None if e is None else e.timestamp,
+            created_at=n.created_at if created_at == "pending" else created_at,
+            settled_at=settled_at, attempts=attempts, outcome=outcome, replay=replayed is not None,
+        )
+
+    def _keep(self, records: Iterable[DeliveryRecord]) -> None:
+        for r in records:
+            self._deliveries.append(dataclasses.replace(r, serial=len(self._deliveries) + 1))
+
+    async def deliveries(self, after: int = 0, limit: int | None = None) -> list[DeliveryRecord]:
+        self._check()
+        return _limited(self._deliveries[max(after, 0):], limit)
 
     # -- statistics -------------------------------------------------------------------
 

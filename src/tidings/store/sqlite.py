@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..errors import StoreError
+from . import _deliveries
 from ._base import (
     DeadLetter,
     NewEvent,
@@ -39,6 +40,8 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
+from ._deliveries import DELIVERIES_DDL, DeliveryRecord
+from ._sqlite_replays import REPLAY_DDL, SQLiteReplayStore
 from ._sqlite_schemas import SCHEMA_DDL, SQLiteSchemaStore
 
 __all__ = ["SQLiteStore"]
@@ -202,7 +205,7 @@ class _Writer(threading.Thread):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.executescript(_SCHEMA + SCHEMA_DDL)
+            conn.executescript(_SCHEMA + SCHEMA_DDL + DELIVERIES_DDL + REPLAY_DDL)
         except BaseException as e:  # reported to open()
             self.error = e
             self.ready.set()
@@ -351,7 +354,7 @@ def _settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
         fut.set_exception(value)
 
 
-class SQLiteStore(SQLiteSchemaStore, Store):
+class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
     """SQLite in WAL mode under ``path`` (a file; its folder is created)."""
 
     def __init__(self, path: str | Path, *, max_batch: int = 512, readers: int = 2) -> None:
@@ -735,6 +738,7 @@ class SQLiteStore(SQLiteSchemaStore, Store):
         per_id = stats or {}
 
         def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            _deliveries.record_settled(c, ids, time.time_ns())
             done = []
             for i in ids:
                 if c.execute("DELETE FROM notifications WHERE id = ?", (i,)).rowcount:
@@ -806,6 +810,7 @@ class SQLiteStore(SQLiteSchemaStore, Store):
         stats = list(stats)
 
         def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            _deliveries.record_dead(c, letters)
             moved = []
             for d in letters:
                 if c.execute("DELETE FROM notifications WHERE id = ?", (d.id,)).rowcount:
@@ -866,11 +871,15 @@ class SQLiteStore(SQLiteSchemaStore, Store):
         stats = list(stats)
 
         def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            _deliveries.record_dropped(c, ids, time.time_ns())
             done = [i for i in ids if c.execute("DELETE FROM dead_letters WHERE id = ?", (i,)).rowcount]
             _apply_stats(c, stats)
             return done
 
         return await self._write(job)
+
+    async def deliveries(self, after: int = 0, limit: int | None = None) -> list[DeliveryRecord]:
+        return await self._read(lambda c: _deliveries.read_deliveries(c, after, limit))
 
     # -- statistics -------------------------------------------------------------------
 

@@ -1,0 +1,57 @@
+"""``tidings pipeline stats``: run the statistics job and write its HTML report.
+
+Progress goes to stderr; stdout gets a JSON summary: the report's path, the window, the
+totals and the figures per publication, publisher and subscriber (not the time series,
+which is in the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+__all__ = ["run_stats"]
+
+
+def run_stats(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int:
+    """Run ``stats`` with the parsed ``args``; the exit status (errors are raised)."""
+    from . import _sqlite
+    from .report import write_report
+    from .session import build
+    from .stats import parse_bucket, stats
+
+    started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.monotonic() - started:7.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    bucket_s = parse_bucket(args.bucket)
+    with _sqlite.connect(data_dir):  # no store: say so before Spark takes seconds to start
+        pass
+    since_ns = None if args.since is None else time.time_ns() - int(args.since * 1e9)
+    progress("starting Spark" + (f" on {args.master}" if args.master else " (local[*])"))
+    show_bars = "true" if (not args.quiet and sys.stderr.isatty()) else "false"
+    spark = build(args.master, app_name="tidings-stats", conf={"spark.ui.showConsoleProgress": show_bars})
+    try:
+        spark.sparkContext.setLogLevel("WARN")
+    except Exception:  # Spark Connect sessions have no SparkContext
+        pass
+    try:
+        result = stats(
+            spark, data_dir=data_dir, archive_dir=archive_dir if archive_dir.exists() else None,
+            since_ns=since_ns, bucket=bucket_s, progress=progress,
+        )
+    finally:
+        spark.stop()
+    out = write_report(result, args.out).resolve()
+    progress(f"wrote {out} ({result.totals.events} events, {result.totals.notifications} notifications)")
+    summary = msgspec.to_builtins(result)
+    del summary["series"]
+    print(json.dumps({"report": str(out), **summary}, indent=2))
+    return 0

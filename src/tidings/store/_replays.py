@@ -1,0 +1,138 @@
+"""What the store keeps for ICRC-77 replays, and the part of the interface for it.
+
+A replay's notifications are ordinary pending notifications (same id sequence, same
+confirmation, retries and dead letters) plus a copy of the event they carry, with the
+replay headers appended: an archived event is no longer in the hot log, so the copy is
+what a resend after a restart or a redrive sends. Copies whose notification is neither
+pending nor dead-lettered any more are removed by :meth:`ReplayStore.sweep_replay_notes`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # _base mixes this interface into Store
+    from ._base import Stat, StoredEvent
+
+__all__ = ["InsufficientCredit", "ReplayCounts", "ReplayRecord", "ReplayStore"]
+
+
+@dataclass(slots=True, kw_only=True)
+class ReplayRecord:
+    id: int = 0
+    """Assigned by :meth:`ReplayStore.create_replay`."""
+    requester: str
+    namespace: str
+    subscription_id: int
+    from_id: int
+    to_id: int
+    """Exclusive end, resolved at registration."""
+    open_end: bool = False
+    """The request gave no end: notifications carry ``icrc77:replay:end_id``."""
+    config: list[Any] = field(default_factory=list)
+    memo: str | None = None
+    state: str = "pending"
+    detail: str = ""
+    """The text of ``errored``."""
+    position: int = 0
+    """The last event id considered (sent, filtered out or missing); ``from_id - 1`` at first."""
+    sent: int = 0
+    expected: int = 0
+    price: int = 0
+    """Credit per event sent, fixed at registration."""
+    charged: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCounts:
+    pending: int
+    dead_lettered: int
+
+
+class InsufficientCredit(Exception):
+    """Recording a replay batch would take the requester's credit below zero."""
+
+
+class ReplayStore(ABC):
+    @abstractmethod
+    async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
+        """Store a new replay; its ``id`` is assigned (ids increase, never reused)."""
+
+    @abstractmethod
+    async def list_replays(
+        self,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        namespace: str | None = None,
+        states: Sequence[str] | None = None,
+        requester: str | None = None,
+    ) -> list[ReplayRecord]:
+        """Replays ordered by id, those after ``after``, optionally filtered."""
+
+    @abstractmethod
+    async def get_replays(self, ids: Sequence[int]) -> list[ReplayRecord]:
+        """The replays among ``ids``, ordered by id."""
+
+    @abstractmethod
+    async def move_replay(
+        self, replay_id: int, state: str, *, detail: str = "", from_states: Iterable[str], now: int
+    ) -> ReplayRecord | None:
+        """Set the state if the current one is in ``from_states``; the record, or None."""
+
+    @abstractmethod
+    async def record_replay_batch(
+        self,
+        replay_id: int,
+        subscription_id: int,
+        events: Sequence[StoredEvent],
+        position: int,
+        stats: Iterable[Stat] = (),
+        *,
+        now: int,
+    ) -> list[int] | None:
+        """In one transaction: record ``events`` (copies, replay headers included) as
+        pending notifications of the subscription, keep their copies, move the replay's
+        position and ``sent``, and debit its requester ``price`` per event.
+
+        Nothing is written and None is returned when the replay is not ``running`` or the
+        subscription is gone; :class:`InsufficientCredit` is raised (nothing written)
+        when the credit does not cover the batch. With no events, only the position moves.
+        """
+
+    @abstractmethod
+    async def replay_events(self, notification_ids: Sequence[int]) -> dict[int, StoredEvent]:
+        """The event copies of the replay notifications among these ids."""
+
+    @abstractmethod
+    async def replay_counts(self, replay_ids: Sequence[int]) -> dict[int, ReplayCounts]:
+        """Per replay: its notifications still pending, and dead-lettered."""
+
+    @abstractmethod
+    async def sweep_replay_notes(self, limit: int | None = None) -> int:
+        """Remove copies whose notification is settled or dropped, at most ``limit`` (so one
+        call never holds the writer long); return how many."""
+
+    @abstractmethod
+    async def read_range(self, namespace: str, after_id: int, before_id: int, limit: int) -> list[StoredEvent]:
+        """Events of ``namespace`` in the hot log with ``after_id < id < before_id``, by id."""
+
+    @abstractmethod
+    async def last_event_id(self, namespace: str) -> int:
+        """The highest event id ``namespace`` has been given (0: none), trimmed or not."""
+
+    # -- the credit ledger --------------------------------------------------------------
+
+    @abstractmethod
+    async def fund_credit(self, principal: str, amount: int) -> int:
+        """Add ``amount`` (may be negative, not below zero) to a balance; the new balance.
+        Raises :class:`InsufficientCredit` if it would go below zero."""
+
+    @abstractmethod
+    async def credit_balance(self, principal: str) -> int:
+        """A principal's credit (0 if never funded)."""

@@ -1,0 +1,317 @@
+"""The replay tables and the credit ledger in the SQLite store (mixed into ``SQLiteStore``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from ._base import Stat, StoredEvent
+from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
+
+__all__ = ["REPLAY_DDL", "SQLiteReplayStore"]
+
+REPLAY_DDL = """
+CREATE TABLE IF NOT EXISTS replays (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    requester TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    subscription_id INTEGER NOT NULL,
+    from_id INTEGER NOT NULL,
+    to_id INTEGER NOT NULL,
+    open_end INTEGER NOT NULL,
+    config BLOB NOT NULL,
+    memo TEXT,
+    state TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    sent INTEGER NOT NULL,
+    expected INTEGER NOT NULL,
+    price INTEGER NOT NULL,
+    charged INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS replays_state ON replays(state, id);
+CREATE TABLE IF NOT EXISTS replay_notes (
+    id INTEGER PRIMARY KEY,
+    replay_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    namespace TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    prev_id INTEGER,
+    timestamp INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    headers BLOB NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS replay_notes_replay ON replay_notes(replay_id, id);
+CREATE TABLE IF NOT EXISTS credits (
+    principal TEXT PRIMARY KEY,
+    balance INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+_FIELDS = (
+    "id", "requester", "namespace", "subscription_id", "from_id", "to_id", "open_end", "config", "memo",
+    "state", "detail", "position", "sent", "expected", "price", "charged", "created_at", "updated_at",
+)
+_COLS = ", ".join(_FIELDS)
+_EVENT_COLS = "seq, namespace, id, prev_id, timestamp, source, data, headers"
+
+
+def _record(r: tuple[Any, ...]) -> ReplayRecord:
+    d = dict(zip(_FIELDS, r, strict=True))
+    d["open_end"] = bool(d["open_end"])
+    d["config"] = msgspec.json.decode(d["config"])
+    return ReplayRecord(**d)
+
+
+def _stats(c: sqlite3.Connection, stats: Iterable[Stat]) -> None:
+    agg: dict[tuple[str, str, str], int] = {}
+    for s in stats:
+        agg[(s.scope, s.key, s.name)] = agg.get((s.scope, s.key, s.name), 0) + s.delta
+    rows = [(*k, v) for k, v in agg.items() if v]
+    if rows:
+        c.executemany(
+            "INSERT INTO stats(scope, key, name, value) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(scope, key, name) DO UPDATE SET value = value + excluded.value",
+            rows,
+        )
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class SQLiteReplayStore(ReplayStore):
+    """Relies on ``SQLiteStore``'s ``_read`` and ``_write`` (the single writer thread)."""
+
+    _read: Callable[..., Any]
+    _write: Callable[..., Any]
+
+    async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
+        def job(c: sqlite3.Connection, w: object) -> ReplayRecord:
+            r = record
+            cur = c.execute(
+                f"INSERT INTO replays({_COLS[4:]}) VALUES ({_marks(len(_FIELDS) - 1)})",
+                (r.requester, r.namespace, r.subscription_id, r.from_id, r.to_id, int(r.open_end),
+                 msgspec.json.encode(r.config), r.memo, r.state, r.detail, r.position, r.sent, r.expected,
+                 r.price, r.charged, r.created_at, r.updated_at),
+            )
+            r.id = int(cur.lastrowid or 0)
+            return r
+
+        fut: asyncio.Future[ReplayRecord] = self._write(job)
+        return await fut
+
+    async def list_replays(
+        self,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        namespace: str | None = None,
+        states: Sequence[str] | None = None,
+        requester: str | None = None,
+    ) -> list[ReplayRecord]:
+        where, args = ["id > ?"], [after or 0]
+        if namespace is not None:
+            where.append("namespace = ?")
+            args.append(namespace)  # type: ignore[arg-type]
+        if requester is not None:
+            where.append("requester = ?")
+            args.append(requester)  # type: ignore[arg-type]
+        if states is not None:
+            where.append(f"state IN ({_marks(len(states))})")
+            args.extend(states)  # type: ignore[arg-type]
+        sql = f"SELECT {_COLS} FROM replays WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+
+        def q(c: sqlite3.Connection) -> list[ReplayRecord]:
+            return [_record(r) for r in c.execute(sql, (*args, -1 if limit is None else limit))]
+
+        result: list[ReplayRecord] = await self._read(q)
+        return result
+
+    async def get_replays(self, ids: Sequence[int]) -> list[ReplayRecord]:
+        def q(c: sqlite3.Connection) -> list[ReplayRecord]:
+            out: list[ReplayRecord] = []
+            for i in range(0, len(ids), 500):
+                chunk = list(ids[i : i + 500])
+                out.extend(_record(r) for r in c.execute(
+                    f"SELECT {_COLS} FROM replays WHERE id IN ({_marks(len(chunk))})", chunk
+                ))
+            return sorted(out, key=lambda r: r.id)
+
+        result: list[ReplayRecord] = await self._read(q)
+        return result
+
+    async def move_replay(
+        self, replay_id: int, state: str, *, detail: str = "", from_states: Iterable[str], now: int
+    ) -> ReplayRecord | None:
+        allowed = list(from_states)
+
+        def job(c: sqlite3.Connection, w: object) -> ReplayRecord | None:
+            cur = c.execute(
+                f"UPDATE replays SET state = ?, detail = ?, updated_at = ? WHERE id = ? "
+                f"AND state IN ({_marks(len(allowed))})",
+                (state, detail, now, replay_id, *allowed),
+            )
+            if cur.rowcount == 0:
+                return None
+            return _record(c.execute(f"SELECT {_COLS} FROM replays WHERE id = ?", (replay_id,)).fetchone())
+
+        fut: asyncio.Future[ReplayRecord | None] = self._write(job)
+        return await fut
+
+    async def record_replay_batch(
+        self,
+        replay_id: int,
+        subscription_id: int,
+        events: Sequence[StoredEvent],
+        position: int,
+        stats: Iterable[Stat] = (),
+        *,
+        now: int,
+    ) -> list[int] | None:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: object) -> list[int] | None:
+            row = c.execute("SELECT state, requester, price FROM replays WHERE id = ?", (replay_id,)).fetchone()
+            if row is None or row[0] != "running":
+                return None
+            if c.execute("SELECT 1 FROM subscriptions WHERE id = ?", (subscription_id,)).fetchone() is None:
+                return None
+            debit = row[2] * len(events)
+            if debit:
+                cur = c.execute(
+                    "UPDATE credits SET balance = balance - ? WHERE principal = ? AND balance >= ?",
+                    (debit, row[1], debit),
+                )
+                if cur.rowcount == 0:
+                    raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
+            ids: list[int] = []
+            for e in events:
+                cur = c.execute(
+                    "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
+                    (subscription_id, e.seq, e.namespace, now),
+                )
+                ids.append(int(cur.lastrowid or 0))
+            c.executemany(
+                "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
+                "headers, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(i, replay_id, e.seq, e.namespace, e.id, e.prev_id, e.timestamp, e.source, e.headers, e.data)
+                 for i, e in zip(ids, events, strict=True)],
+            )
+            c.execute(
+                "UPDATE replays SET position = ?, sent = sent + ?, charged = charged + ?, updated_at = ? "
+                "WHERE id = ?",
+                (position, len(events), debit, now, replay_id),
+            )
+            _stats(c, stats)
+            return ids
+
+        fut: asyncio.Future[list[int] | None] = self._write(job)
+        return await fut
+
+    async def replay_events(self, notification_ids: Sequence[int]) -> dict[int, StoredEvent]:
+        def q(c: sqlite3.Connection) -> dict[int, StoredEvent]:
+            out: dict[int, StoredEvent] = {}
+            for i in range(0, len(notification_ids), 500):
+                chunk = list(notification_ids[i : i + 500])
+                for r in c.execute(
+                    "SELECT id, seq, namespace, event_id, prev_id, timestamp, source, data, headers "
+                    f"FROM replay_notes WHERE id IN ({_marks(len(chunk))})",
+                    chunk,
+                ):
+                    out[r[0]] = StoredEvent(
+                        seq=r[1], namespace=r[2], id=r[3], prev_id=r[4], timestamp=r[5], source=r[6],
+                        data=r[7], headers=r[8],
+                    )
+            return out
+
+        result: dict[int, StoredEvent] = await self._read(q)
+        return result
+
+    async def replay_counts(self, replay_ids: Sequence[int]) -> dict[int, ReplayCounts]:
+        def q(c: sqlite3.Connection) -> dict[int, ReplayCounts]:
+            out = {}
+            for rid in replay_ids:
+                pending = c.execute(
+                    "SELECT COUNT(*) FROM replay_notes r JOIN notifications n ON n.id = r.id WHERE r.replay_id = ?",
+                    (rid,),
+                ).fetchone()[0]
+                dead = c.execute(
+                    "SELECT COUNT(*) FROM replay_notes r JOIN dead_letters d ON d.id = r.id WHERE r.replay_id = ?",
+                    (rid,),
+                ).fetchone()[0]
+                out[rid] = ReplayCounts(int(pending), int(dead))
+            return out
+
+        result: dict[int, ReplayCounts] = await self._read(q)
+        return result
+
+    async def sweep_replay_notes(self, limit: int | None = None) -> int:
+        def job(c: sqlite3.Connection, w: object) -> int:
+            return int(c.execute(
+                "DELETE FROM replay_notes WHERE id IN (SELECT r.id FROM replay_notes r "
+                "WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = r.id) "
+                "AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.id = r.id) LIMIT ?)",
+                (-1 if limit is None else limit,),
+            ).rowcount)
+
+        fut: asyncio.Future[int] = self._write(job)
+        return await fut
+
+    async def read_range(self, namespace: str, after_id: int, before_id: int, limit: int) -> list[StoredEvent]:
+        def q(c: sqlite3.Connection) -> list[StoredEvent]:
+            return [
+                StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5],
+                            data=r[6], headers=r[7])
+                for r in c.execute(
+                    f"SELECT {_EVENT_COLS} FROM events WHERE namespace = ? AND id > ? AND id < ? "
+                    "ORDER BY id LIMIT ?",
+                    (namespace, after_id, before_id, limit),
+                )
+            ]
+
+        result: list[StoredEvent] = await self._read(q)
+        return result
+
+    async def last_event_id(self, namespace: str) -> int:
+        def q(c: sqlite3.Connection) -> int:
+            return int(c.execute(
+                "SELECT MAX(COALESCE((SELECT MAX(id) FROM events WHERE namespace = ?), 0), "
+                "COALESCE((SELECT last_event_id FROM publications WHERE namespace = ?), 0), "
+                "COALESCE((SELECT value FROM meta WHERE key = 'last_event_id:' || ?), 0))",
+                (namespace, namespace, namespace),
+            ).fetchone()[0])
+
+        result: int = await self._read(q)
+        return result
+
+    async def fund_credit(self, principal: str, amount: int) -> int:
+        def job(c: sqlite3.Connection, w: object) -> int:
+            row = c.execute("SELECT balance FROM credits WHERE principal = ?", (principal,)).fetchone()
+            balance = (row[0] if row else 0) + amount
+            if balance < 0:
+                raise InsufficientCredit(f"{principal}'s credit is {balance - amount}; cannot take {-amount}")
+            c.execute(
+                "INSERT INTO credits(principal, balance) VALUES (?, ?) "
+                "ON CONFLICT(principal) DO UPDATE SET balance = excluded.balance",
+                (principal, balance),
+            )
+            return int(balance)
+
+        fut: asyncio.Future[int] = self._write(job)
+        return await fut
+
+    async def credit_balance(self, principal: str) -> int:
+        def q(c: sqlite3.Connection) -> int:
+            row = c.execute("SELECT balance FROM credits WHERE principal = ?", (principal,)).fetchone()
+            return int(row[0]) if row else 0
+
+        result: int = await self._read(q)
+        return result
