@@ -30,6 +30,7 @@ __all__ = [
     "InfoQuery",
     "ItemResult",
     "NotificationResult",
+    "OneOf",
     "PendingAuthorization",
     "PrincipalCreate",
     "PrincipalCreated",
@@ -98,7 +99,18 @@ class GenericError(Struct):
     message: str
 
 
-class Err(Struct, omit_defaults=True):
+class OneOf(Struct, omit_defaults=True):
+    """An error variant on the wire: exactly one field is set, and its name is the code."""
+
+    @property
+    def code(self) -> str:
+        for name in self.__struct_fields__:
+            if getattr(self, name) is not UNSET:
+                return name
+        raise ValueError("empty error")
+
+
+class Err(OneOf):
     """An item's error: exactly one field is set. Which codes a method uses is in docs."""
 
     Unauthorized: str | UnsetType = UNSET
@@ -108,13 +120,6 @@ class Err(Struct, omit_defaults=True):
     Busy: str | UnsetType = UNSET
     GenericError: GenericError | UnsetType = UNSET
     GenericBatchError: str | UnsetType = UNSET
-
-    @property
-    def code(self) -> str:
-        for name in self.__struct_fields__:
-            if getattr(self, name) is not UNSET:
-                return name
-        raise ValueError("empty error")
 
 
 class ItemResult(Struct, omit_defaults=True):

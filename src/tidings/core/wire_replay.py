@@ -12,7 +12,7 @@ from typing import Any
 
 from msgspec import UNSET, Struct, UnsetType
 
-from .wire import GenericError, ICRC16Map
+from .wire import GenericError, ICRC16Map, OneOf
 
 __all__ = [
     "CreditBalance",
@@ -42,7 +42,7 @@ class ReplayRegistration(Struct, kw_only=True):
     """Optional, up to 32 bytes, base64 (ICRC-16 Blob form); kept with the replay."""
 
 
-class ReplayErr(Struct, omit_defaults=True):
+class ReplayErr(OneOf):
     """Exactly one field is set (the ICRC-77 error variant)."""
 
     Unauthorized: str | UnsetType = UNSET
@@ -57,13 +57,6 @@ class ReplayErr(Struct, omit_defaults=True):
     CannotCancel: str | UnsetType = UNSET
     GenericError: GenericError | UnsetType = UNSET
     GenericBatchError: str | UnsetType = UNSET
-
-    @property
-    def code(self) -> str:
-        for name in self.__struct_fields__:
-            if getattr(self, name) is not UNSET:
-                return name
-        raise ValueError("empty error")
 
 
 class ReplayResult(Struct, omit_defaults=True):

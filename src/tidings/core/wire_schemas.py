@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from msgspec import UNSET, Struct, UnsetType
 
+from .wire import OneOf
+
 __all__ = [
     "CompatibilityConfig",
     "CompatibilityIssue",
@@ -66,7 +68,7 @@ class CompatibilityIssue(Struct, kw_only=True):
     """The version of the name (or the schema id when unnamed) the new schema conflicts with."""
 
 
-class SchemaErr(Struct, omit_defaults=True):
+class SchemaErr(OneOf):
     """A schema item's error: exactly one field is set (docs/schemas.md lists them)."""
 
     Unauthorized: str | UnsetType = UNSET
@@ -80,13 +82,6 @@ class SchemaErr(Struct, omit_defaults=True):
     InvalidState: str | UnsetType = UNSET
     ImproperConfig: str | UnsetType = UNSET
     GenericBatchError: str | UnsetType = UNSET
-
-    @property
-    def code(self) -> str:
-        for name in self.__struct_fields__:
-            if getattr(self, name) is not UNSET:
-                return name
-        raise ValueError("empty error")
 
 
 class SchemaResult(Struct, omit_defaults=True):

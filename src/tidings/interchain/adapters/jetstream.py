@@ -118,7 +118,7 @@ class JetStreamNetwork(Network):
         try:
             while True:
                 try:
-                    msgs = await psub.fetch(_BATCH, timeout=1)
+                    msgs = await _cancellable(psub.fetch(_BATCH, timeout=1))
                 except (TimeoutError, NatsTimeout):
                     continue
                 found = [n for n in map(self._notification, msgs) if n is not None]
@@ -155,3 +155,19 @@ class JetStreamNetwork(Network):
         finally:
             await psub.unsubscribe()
         return out
+
+
+async def _cancellable(fetch: Any) -> Any:
+    """Await a nats-py fetch so that cancelling the caller always ends it.
+
+    A pull fetch cancelled at the wrong moment can be left waiting on its inner
+    ``next_msg`` task, and its caller with it, so a distributor following JetStream
+    would never stop. The fetch runs as its own task; on cancellation it is cancelled
+    and given a moment, and the cancellation goes on either way."""
+    task = asyncio.ensure_future(fetch)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait({task}, timeout=2)
+        raise
