@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tidings.broker import Broker
@@ -147,3 +148,42 @@ async def test_gone_ends_the_subscription(broker, endpoints) -> None:
     await _publish(b)
     await eventually(lambda: sub_id not in b.orchestrator.subscriptions)
     assert b.metrics.subscriptions_ended == 1
+
+
+class _FlakyStore(MemoryStore):
+    """A store whose first ``failures`` notification writes fail, as a full disk would."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def open_notifications(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise OSError("disk I/O error")
+        return await super().open_notifications(*args, **kwargs)
+
+
+async def test_a_failing_store_write_does_not_stop_delivery(tmp_path: Path, endpoints, caplog) -> None:
+    """An unexpected error in one subscription's worker is logged and the worker starts
+    again from what the store holds; it neither dies nor takes the others down with it."""
+    clock = FakeClock()
+    b = Broker(Settings(data_dir=tmp_path), _FlakyStore(failures=2))
+    d = b.delivery
+    d.sleep, d.monotonic, d.now_ns, d.random = clock.sleep, clock.monotonic, clock.now_ns, lambda: 0.0
+    async with b:
+        first, second = await endpoints(Scripted([])), await endpoints(Scripted([]))
+        await _subscribe(b, first.url)
+        (second_sub,) = await b.orchestrator.register_subscriptions(
+            ADMIN, [SubscriptionRegistration(namespace="t.x", endpoint=second.url)]
+        )
+        assert "Ok" in msgspec.structs.asdict(second_sub) and second_sub.Ok
+        await _publish(b, 3)
+        for ep in (first, second):
+            await eventually(lambda ep=ep: sum(map(len, ep.app.pushes)) == 3)
+        await _publish(b, 2)  # and it goes on with what comes next
+        for ep in (first, second):
+            await eventually(lambda ep=ep: sum(map(len, ep.app.pushes)) == 5)
+        assert b.delivery.metrics.worker_restarts == 2
+        assert [p for p in (await b.store.pending_counts()).values() if p] == []
+    assert "delivery failed; restarting" in caplog.text

@@ -331,6 +331,30 @@ class _Worker:
         self.unconfirmed.pop(nid, None)
 
     async def run(self) -> None:
+        """Deliver until the subscription is deleted or ended, surviving failures.
+
+        An unexpected error (the store refusing a write, say) must not stop this
+        subscription for good, nor, through the task group, every other one while
+        publishes are still accepted: the worker logs it, backs off, and starts again
+        from what the store holds (its cursor and its pending notifications)."""
+        failures = 0
+        while True:
+            try:
+                await self._run()
+                return
+            except Exception:  # CancelledError is not an Exception: shutdown still works
+                failures += 1
+                delay = min(30.0, 0.25 * 2 ** min(failures, 7))
+                self.d.metrics.worker_restarts += 1
+                log.exception("subscription %s: delivery failed; restarting in %.2f s", self.sub.id, delay)
+                await self.d.sleep(delay)
+                stored = [r for r in await self.d._store.list_subscriptions(self.sub.namespace) if r.id == self.sub.id]
+                if not stored:
+                    return
+                self.sub.cursor = self.scan = stored[0].cursor
+                self.unconfirmed.clear()  # still pending in the store: sent again by _resend_stored
+
+    async def _run(self) -> None:
         s = self.d._settings
         registry = self.d.registry
         try:

@@ -37,6 +37,7 @@ class Metrics:
         self.notifications_retried = 0
         self.notifications_dead_lettered = 0
         self.subscriptions_ended = 0
+        self.worker_restarts = 0
         self.latency = _Histogram(LATENCY_BUCKETS)
         """Seconds from the broadcaster's acceptance of an event to its confirmation."""
 
@@ -60,6 +61,9 @@ class Metrics:
                 self.notifications_dead_lettered)
         counter("tidings_subscriptions_ended_total", "Subscriptions ended by delivery (410 Gone, error answers).",
                 self.subscriptions_ended)
+        counter("tidings_delivery_worker_restarts_total",
+                "Subscription workers restarted after an unexpected error (logged with its traceback).",
+                self.worker_restarts)
         name = "tidings_notifications_pending"
         out.extend((f"# HELP {name} Notifications recorded and not yet confirmed, per subscription.",
                     f"# TYPE {name} gauge"))
