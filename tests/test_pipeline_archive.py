@@ -206,6 +206,17 @@ def test_missing_java_is_named(tmp_path: Path) -> None:
     assert "Java" in proc.stderr and "openjdk-17" in proc.stderr
 
 
+def test_missing_pyspark_is_named(tmp_path: Path) -> None:
+    # The base install has no PySpark: the jobs say which extra to install, not a traceback.
+    hide = "import sys; sys.modules['pyspark'] = None; from tidings.pipeline.cli import main; sys.exit(main())"
+    proc = subprocess.run(
+        [sys.executable, "-c", hide, "archive", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "tidings[spark]" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_sqlite_store_still_appends_after_trimming(tmp_path: Path) -> None:
     """Trimming archived rows never restarts a chain: the next event follows the last id."""
     data = tmp_path / "var"

@@ -10,7 +10,8 @@ __all__ = ["PipelineError"]
 class PipelineError(TidingsError):
     """A pipeline job cannot run. ``code`` is stable, the message is for people.
 
-    Codes: ``java_missing`` (no Java for a local Spark), ``store_not_found`` (no
+    Codes: ``java_missing`` (no Java for a local Spark), ``spark_missing`` (PySpark is not
+    installed), ``store_not_found`` (no
     ``tidings.db`` at the data dir), ``archive_busy`` (another archive job holds the
     archive's lock), ``invalid_option`` (a data source option is malformed).
 

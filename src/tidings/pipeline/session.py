@@ -38,9 +38,16 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
     """A SparkSession for ``master`` (None: ``local[*]``; ``sc://...``: Spark Connect), ready for tidings.
 
     Raises :class:`PipelineError` (``java_missing``) instead of Spark's gateway error when
-    a local session cannot start for want of Java.
+    a local session cannot start for want of Java, and (``spark_missing``) when PySpark
+    is not installed.
     """
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as e:
+        raise PipelineError(
+            f"the Spark pipeline needs PySpark ({e}): pip install 'tidings[spark]' (PySpark 4.1+, pyarrow)",
+            code="spark_missing",
+        ) from None
 
     settings = {
         "spark.sql.session.timeZone": "UTC",
