@@ -27,6 +27,7 @@ import functools
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -84,7 +85,23 @@ def _stats(
         Stat("subscription", str(sub.id), f"{prefix}:subscription:stats:{name}", n),
         Stat("subscriber", sub.subscriber, f"{prefix}:subscriber:stats:{name}", n),
     ]
-    out.extend(Stat("publication", e.namespace, f"{prefix}:publication:stats:{name}") for e in events)
+    per_ns = Counter(e.namespace for e in events)
+    out.extend(Stat("publication", ns, f"{prefix}:publication:stats:{name}", c) for ns, c in per_ns.items())
+    return out
+
+
+def _settle_stats(sub: SubscriptionRecord, notes: Sequence[_Note]) -> dict[int, list[Stat]]:
+    """Each notification's confirmation counters, for ``settle_notifications`` (which
+    applies only those of notifications still pending). Shared per namespace: this runs
+    for every confirmed notification."""
+    by_ns: dict[str, list[Stat]] = {}
+    out: dict[int, list[Stat]] = {}
+    for n in notes:
+        ns = n.event.namespace
+        stats = by_ns.get(ns)
+        if stats is None:
+            stats = by_ns[ns] = _stats(sub, [n.event], "confirmations")
+        out[n.id] = stats
     return out
 
 
@@ -118,7 +135,9 @@ class Delivery:
         self.signer: Callable[[int, str, bytes], dict[str, str]] | None = None
         """Signs a push: (subscription id, message id, body) -> headers to add."""
         self._workers: dict[int, _Worker] = {}
-        # Workers by the namespace or pattern they subscribe to, so a publish wakes only its own.
+        # The workers a publish may wake, by the namespace or pattern they subscribe to: a
+        # publish wakes only its own, and never visits stopped ones (a namespace may hold
+        # thousands of them; they are woken when started).
         self._by_namespace: dict[str, dict[int, _Worker]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._tg: asyncio.TaskGroup | None = None
@@ -164,6 +183,7 @@ class Delivery:
         w = self._workers.get(sub.id)
         if w is not None:
             w.sub = sub
+            self._index(w)
             if started:
                 # Resume after what was published up to now, not up to when the worker
                 # gets to it (it may still be pushing an earlier batch).
@@ -193,18 +213,30 @@ class Delivery:
             return
         w = _Worker(self, sub)
         self._workers[sub.id] = w
-        self._by_namespace.setdefault(sub.namespace, {})[sub.id] = w
+        self._index(w)
         task = self._tg.create_task(w.run(), name=f"tidings-sub-{sub.id}")
         self._tasks[sub.id] = task
         task.add_done_callback(functools.partial(self._forget, sub.id))
 
+    def _index(self, w: _Worker) -> None:
+        """Keep ``w`` among the workers a publish wakes while its subscription runs."""
+        conf = self.registry.sub_configs.get(w.sub.id)
+        if conf is not None and not conf.stopped:
+            self._by_namespace.setdefault(w.sub.namespace, {})[w.sub.id] = w
+        else:
+            self._unindex(w)
+
+    def _unindex(self, w: _Worker) -> None:
+        group = self._by_namespace.get(w.sub.namespace)
+        if group is not None:
+            group.pop(w.sub.id, None)
+            if not group:
+                del self._by_namespace[w.sub.namespace]
+
     def _forget(self, sub_id: int, _task: object = None) -> None:
         w = self._workers.pop(sub_id, None)
         if w is not None:
-            group = self._by_namespace.get(w.sub.namespace, {})
-            group.pop(sub_id, None)
-            if not group:
-                self._by_namespace.pop(w.sub.namespace, None)
+            self._unindex(w)
         self._tasks.pop(sub_id, None)
 
     def remove(self, sub_id: int) -> None:
@@ -215,13 +247,10 @@ class Delivery:
     def wake(self, events: Sequence[StoredEvent]) -> None:
         """Wake the workers these events concern; a stopped one is woken when started."""
         namespaces = {e.namespace for e in events}
-        configs = self.registry.sub_configs
         for key, group in self._by_namespace.items():
             if key in namespaces or (is_pattern(key) and any(map(self.registry.matcher(key), namespaces))):
-                for sub_id, w in group.items():
-                    conf = configs.get(sub_id)
-                    if conf is None or not conf.stopped:
-                        w.wakeup.set()
+                for w in group.values():
+                    w.wakeup.set()
 
     def redrive(self, notes: Sequence[PendingNotification]) -> None:
         """Dead letters made pending again: their subscriptions' workers send them next."""
@@ -539,7 +568,7 @@ class _Worker:
                 done = [n for i, n in enumerate(batch) if i not in failed]
                 if done:
                     settled = set(await self.d._store.settle_notifications(
-                        [n.id for n in done], {n.id: _stats(self.sub, [n.event], "confirmations") for n in done}
+                        [n.id for n in done], _settle_stats(self.sub, done)
                     ))
                     now = self.d.now_ns()
                     # A replayed event's age is not a delivery latency (docs/replay.md).

@@ -63,17 +63,14 @@ class Tail:
 
     def extend(self, events: Iterable[StoredEvent]) -> None:
         """Add newly committed events."""
+        early = self._early
         for e in events:
-            if e.seq > self.head:
-                self._early[e.seq] = e
-        while (nxt := self._early.pop(self.head + 1, None)) is not None:
-            e = nxt
-            ring = self._rings.get(e.namespace)
-            if ring is None:
-                ring = self._rings[e.namespace] = _Ring()
-            ring.append(e)
-            self._order.append(e.namespace)
-            self.head = e.seq
+            if e.seq == self.head + 1 and not early:
+                self._add(e)  # the usual case: in order, nothing held back
+            elif e.seq > self.head:
+                early[e.seq] = e
+        while early and (nxt := early.pop(self.head + 1, None)) is not None:
+            self._add(nxt)
         while len(self._order) > self._capacity:
             ns = self._order.popleft()
             ring = self._rings[ns]
@@ -81,6 +78,14 @@ class Tail:
             ring.drop_first()
             if not len(ring):
                 del self._rings[ns]
+
+    def _add(self, e: StoredEvent) -> None:
+        ring = self._rings.get(e.namespace)
+        if ring is None:
+            ring = self._rings[e.namespace] = _Ring()
+        ring.append(e)
+        self._order.append(e.namespace)
+        self.head = e.seq
 
     def read_after(self, seq: int, namespaces: Sequence[str], limit: int) -> list[StoredEvent] | None:
         """Up to ``limit`` events of these namespaces after ``seq``; None if below the floor."""

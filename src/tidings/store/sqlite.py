@@ -345,6 +345,19 @@ def _append_many(c: sqlite3.Connection, w: _Writer, group: list[_Append]) -> lis
     return outs
 
 
+def _delete_notifications(c: sqlite3.Connection, ids: Sequence[int]) -> list[int]:
+    """Delete the pending notifications among ``ids``; return those that were pending, in
+    the order asked (an id asked twice counts once)."""
+    gone: set[int] = set()
+    todo = list(dict.fromkeys(ids))
+    for k in range(0, len(todo), 500):
+        chunk = todo[k : k + 500]
+        gone.update(r[0] for r in c.execute(
+            f"DELETE FROM notifications WHERE id IN ({','.join('?' * len(chunk))}) RETURNING id", chunk
+        ))
+    return [i for i in todo if i in gone]
+
+
 def _settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
     if fut.done():
         return
@@ -719,16 +732,18 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
             cur = c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
             if cur.rowcount == 0:
                 return []
-            ids = []
+            if not events:
+                _apply_stats(c, stats)
+                return []
             now = time.time_ns()
-            for e in events:
-                r = c.execute(
-                    "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
-                    (subscription_id, e.seq, e.namespace, now),
-                )
-                ids.append(int(r.lastrowid or 0))
+            c.executemany(
+                "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
+                [(subscription_id, e.seq, e.namespace, now) for e in events],
+            )
+            # One writer, AUTOINCREMENT: the rows just inserted took consecutive ids.
+            last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
             _apply_stats(c, stats)
-            return ids
+            return list(range(last - len(events) + 1, last + 1))
 
         return await self._write(job)
 
@@ -739,10 +754,7 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
 
         def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
             _deliveries.record_settled(c, ids, time.time_ns())
-            done = []
-            for i in ids:
-                if c.execute("DELETE FROM notifications WHERE id = ?", (i,)).rowcount:
-                    done.append(i)
+            done = _delete_notifications(c, ids)
             _apply_stats(c, (s for i in done for s in per_id.get(i, ())))
             return done
 
