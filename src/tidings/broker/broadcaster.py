@@ -89,11 +89,13 @@ class Broadcaster:
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
         self._orch.require_namespaces([e.namespace for e in events])
+        check = values.check
         for i, e in enumerate(events):
             try:
-                values.check(e.data, f"$[{i}].data")
-                for key, v in e.headers or ():
-                    values.check(v, f"$[{i}].headers.{key}")
+                check(e.data, f"$[{i}].data")
+                if e.headers:
+                    for key, v in e.headers:
+                        check(v, f"$[{i}].headers.{key}")
             except values.InvalidValue as x:
                 raise BadRequest(str(x), code="invalid_value") from None
 
@@ -103,8 +105,11 @@ class Broadcaster:
         now = self._clock()
         bindings = self._bindings(events, now)
         received = b'["icrc72:broadcaster:received",{"Nat":%d}],["icrc72:eventData:hash",{"Blob":"' % now
+        # Asked once per namespace of the batch, not once per event.
+        allowed = {ns: self._orch.may_publish(caller.name, ns) for ns in {e.namespace for e in events}}
+        sha256, b64 = hashlib.sha256, base64.b64encode
         for i, e in enumerate(events):
-            if not self._orch.may_publish(caller.name, e.namespace):
+            if not allowed[e.namespace]:
                 results[i] = err(
                     "Unauthorized", f"{caller.name} is not a registered publisher of {e.namespace!r}"
                 )
@@ -115,14 +120,13 @@ class Broadcaster:
                 except ids.InvalidId as x:
                     results[i] = err("ImproperId", str(x))
                     continue
-            reserved = next(
-                (k for k, _ in e.headers or () if k.startswith(_RESERVED_PREFIXES)), None
-            )
-            if reserved is not None:
-                results[i] = err("GenericError", GenericError(
-                    ERR_RESERVED_HEADER, f"header {reserved!r} is reserved for the broadcaster"
-                ))
-                continue
+            if e.headers:
+                reserved = next((k for k, _ in e.headers if k.startswith(_RESERVED_PREFIXES)), None)
+                if reserved is not None:
+                    results[i] = err("GenericError", GenericError(
+                        ERR_RESERVED_HEADER, f"header {reserved!r} is reserved for the broadcaster"
+                    ))
+                    continue
             if bindings:
                 b = bindings.get(e.namespace)
                 if b is not None:
@@ -142,11 +146,10 @@ class Broadcaster:
                 continue
             data = _encode(e.data)
             # The reserved pairs are spliced in as bytes: this runs for every event.
-            stamp = received + base64.b64encode(hashlib.sha256(data).digest()) + b'"}]]'
-            own = _encode(e.headers)[1:-1] + b"," if e.headers else b""
+            stamp = received + b64(sha256(data).digest()) + b'"}]]'
             accepted.append((i, NewEvent(
                 namespace=e.namespace, source=caller.name, timestamp=now, data=data,
-                headers=b"[" + own + stamp,
+                headers=b"[" + _encode(e.headers)[1:-1] + b"," + stamp if e.headers else b"[" + stamp,
             )))
         if not accepted:
             return results

@@ -284,6 +284,7 @@ class Delivery:
         self.note_issued([i for i, _ in notes])
         try:
             await w._deliver([_Note(i, e, 0, created_at) for i, e in notes])
+            await w.settled()  # a replay's progress counts confirmations: store them first
         except _Gone as gone:
             await self.ended(sub_id, str(gone))
             return False
@@ -355,6 +356,7 @@ class _Worker:
         # oneshot mode: notifications pushed and awaiting icrc72_confirm_notifications.
         self.unconfirmed: dict[int, tuple[_Note, float]] = {}
         self.redriven: list[PendingNotification] = []
+        self.settling: set[asyncio.Task[None]] = set()
 
     def confirmed(self, nid: int) -> None:
         self.unconfirmed.pop(nid, None)
@@ -567,15 +569,7 @@ class _Worker:
                 failed = _failed_items(answer, len(batch))
                 done = [n for i, n in enumerate(batch) if i not in failed]
                 if done:
-                    settled = set(await self.d._store.settle_notifications(
-                        [n.id for n in done], _settle_stats(self.sub, done)
-                    ))
-                    now = self.d.now_ns()
-                    # A replayed event's age is not a delivery latency (docs/replay.md).
-                    metrics.confirmed(
-                        (now - n.event.timestamp) / 1e9 for n in done
-                        if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
-                    )
+                    self._settle(done)
                 batch = [n for i, n in enumerate(batch) if i in failed]
                 if not batch:
                     return
@@ -592,6 +586,40 @@ class _Worker:
             if batch:
                 failures += 1
                 await self.d.sleep(self._backoff().delay(failures, self.d.random(), retry_after))
+
+    def _settle(self, done: list[_Note]) -> None:
+        """Settle confirmed notifications without holding up the next push.
+
+        The next batch of this subscription would otherwise wait for this commit, adding
+        a commit to the latency of every event that arrives meanwhile. The writer runs
+        jobs in the order queued, so nothing reads a state older than what was pushed;
+        a settle lost to a crash leaves the notifications pending, to be sent again."""
+        tg = self.d._tg
+        if tg is None:  # shutting down: the notifications stay pending
+            return
+        task = tg.create_task(self._settle_now(done))
+        self.settling.add(task)
+        task.add_done_callback(self.settling.discard)
+
+    async def _settle_now(self, done: list[_Note]) -> None:
+        try:
+            settled = set(await self.d._store.settle_notifications(
+                [n.id for n in done], _settle_stats(self.sub, done)
+            ))
+        except Exception:  # they stay pending and are sent again; never fail the task group
+            log.exception("subscription %s: settling %d notification(s) failed", self.sub.id, len(done))
+            return
+        now = self.d.now_ns()
+        # A replayed event's age is not a delivery latency (docs/replay.md).
+        self.d.metrics.confirmed(
+            (now - n.event.timestamp) / 1e9 for n in done
+            if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
+        )
+
+    async def settled(self) -> None:
+        """Wait until the confirmations of what was pushed so far are stored."""
+        while self.settling:
+            await asyncio.gather(*self.settling, return_exceptions=True)
 
     async def _post(self, batch: list[_Note]) -> tuple[Outcome, object, str, float | None]:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
