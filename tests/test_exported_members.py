@@ -18,6 +18,7 @@ STORE = {
     "PublicationRecord", "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord", "SubscriptionSecret",
     "SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaVersion",
     "InsufficientCredit", "ReplayCounts", "ReplayRecord",
+    "AppendRouter", "Route",
 }
 
 

@@ -39,9 +39,19 @@ from ..core.namespaces import is_pattern
 from ..core.retry import Backoff, Outcome, classify, retry_after_seconds
 from ..core.wire import ConfirmResult, ItemResult, err, ok
 from ..settings import Settings
-from ..store import DeadLetter, PendingNotification, PrincipalRecord, Stat, Store, StoredEvent, SubscriptionRecord
+from ..store import (
+    DeadLetter,
+    PendingNotification,
+    PrincipalRecord,
+    Route,
+    Stat,
+    Store,
+    StoredEvent,
+    SubscriptionRecord,
+)
 from .metrics import Metrics
 from .orchestrator import Orchestrator
+from .routing import Router
 from .tail import Tail
 
 __all__ = ["Delivery"]
@@ -144,6 +154,7 @@ class Delivery:
         self._session: aiohttp.ClientSession | None = None
         self._ready = asyncio.Event()
         self._last_notification = 0
+        self._router: Router | None = None
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
@@ -157,10 +168,17 @@ class Delivery:
             self._session, self._tg = session, tg
             for sub in subscriptions:
                 self.add(sub)
+            if self._settings.delivery_linger_ms <= 0:  # lingering workers gather batches themselves
+                router = Router(self, asyncio.get_running_loop(), _stats)
+                if self._store.route_appends(router):
+                    self._router = router
             self._ready.set()
             try:
                 await asyncio.Event().wait()
             finally:
+                if self._router is not None:
+                    self._store.route_appends(None)
+                    self._router = None
                 self._tg = None
                 for t in self._tasks.values():
                     t.cancel()
@@ -221,23 +239,48 @@ class Delivery:
     def _index(self, w: _Worker) -> None:
         """Keep ``w`` among the workers a publish wakes while its subscription runs."""
         conf = self.registry.sub_configs.get(w.sub.id)
-        if conf is not None and not conf.stopped:
-            self._by_namespace.setdefault(w.sub.namespace, {})[w.sub.id] = w
-        else:
+        if conf is None or conf.stopped:
             self._unindex(w)
+            return
+        group = self._by_namespace.get(w.sub.namespace, {})
+        if group.get(w.sub.id) is not w:
+            # Copy on write: the router reads these from the store's thread.
+            self._by_namespace[w.sub.namespace] = {**group, w.sub.id: w}
 
     def _unindex(self, w: _Worker) -> None:
         group = self._by_namespace.get(w.sub.namespace)
-        if group is not None:
-            group.pop(w.sub.id, None)
-            if not group:
+        if group is not None and w.sub.id in group:
+            rest = {k: v for k, v in group.items() if k != w.sub.id}
+            if rest:
+                self._by_namespace[w.sub.namespace] = rest
+            else:
                 del self._by_namespace[w.sub.namespace]
+
+    def wakeable(self, namespace: str) -> Sequence[_Worker]:
+        """The running workers subscribed to exactly this namespace (a snapshot)."""
+        group = self._by_namespace.get(namespace)
+        return tuple(group.values()) if group else ()
 
     def _forget(self, sub_id: int, _task: object = None) -> None:
         w = self._workers.pop(sub_id, None)
         if w is not None:
             self._unindex(w)
+        if self._router is not None:
+            self._router.forget(sub_id)
         self._tasks.pop(sub_id, None)
+
+    def routed(self, routes: Sequence[Route]) -> None:
+        """Hand notifications opened at append to their workers (on the event loop, before
+        the tail shows their events)."""
+        for r in routes:
+            w = self._workers.get(r.subscription_id)
+            if w is None:
+                continue
+            if r.ids:
+                self.note_issued(r.ids)
+                w.routed.extend(zip(r.ids, r.events, strict=True))
+            w.scan = max(w.scan, r.cursor)
+            w.wakeup.set()
 
     def remove(self, sub_id: int) -> None:
         task = self._tasks.get(sub_id)
@@ -357,6 +400,8 @@ class _Worker:
         self.unconfirmed: dict[int, tuple[_Note, float]] = {}
         self.redriven: list[PendingNotification] = []
         self.settling: set[asyncio.Task[None]] = set()
+        self.routed: list[tuple[int, StoredEvent]] = []
+        """Notifications opened at append (``routing``), to push next."""
 
     def confirmed(self, nid: int) -> None:
         self.unconfirmed.pop(nid, None)
@@ -382,8 +427,11 @@ class _Worker:
                 stored = [r for r in await self.d._store.list_subscriptions(self.sub.namespace) if r.id == self.sub.id]
                 if not stored:
                     return
+                # Back to what is stored: what was read but not opened is read again. (An
+                # event routed meanwhile may then be sent twice: at least once, still.)
                 self.sub.cursor = self.scan = stored[0].cursor
                 self.unconfirmed.clear()  # still pending in the store: sent again by _resend_stored
+                self.routed.clear()  # likewise
 
     async def _run(self) -> None:
         s = self.d._settings
@@ -396,6 +444,13 @@ class _Worker:
                 conf = registry.sub_configs.get(self.sub.id)
                 if conf is None:  # deleted
                     return
+                if self.routed:
+                    # Opened at append while the subscription ran: pushed even if it has
+                    # stopped since, like a batch that was already on its way.
+                    batch, self.routed = self.routed[:s.delivery_batch_size], self.routed[s.delivery_batch_size:]
+                    now = self.d.now_ns()
+                    await self._deliver([_Note(i, e, 0, now) for i, e in batch])
+                    continue
                 if self.started:
                     # Events that passed while stopped are not delivered (a replay can
                     # fetch them): resume at the end of the log.
@@ -453,7 +508,9 @@ class _Worker:
         events = self.d._tail.read_after(pos, ns, limit)
         if events is None:
             head = self.d._tail.head
-            events = await self.d._store.read_after(pos, ns, limit)
+            # Nothing past the tail's head: those events may be routed to this worker at
+            # append and handed over only after their commit (``routing``).
+            events = [e for e in await self.d._store.read_after(pos, ns, limit) if e.seq <= head]
             if len(events) < limit and after is None:
                 # Everything of ours up to the head we knew of is read: skip ahead so the
                 # next look is served by the tail again.

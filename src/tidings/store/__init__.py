@@ -1,11 +1,13 @@
 """Storage backends behind one interface: ``Store``, with SQLite and in-memory versions."""
 
 from ._base import (
+    AppendRouter,
     DeadLetter,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
     PublicationRecord,
+    Route,
     Stat,
     Store,
     StoredEvent,
@@ -19,6 +21,7 @@ from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 __all__ = [
+    "AppendRouter",
     "DeadLetter",
     "DeliveryRecord",
     "InsufficientCredit",
@@ -29,6 +32,7 @@ __all__ = [
     "PublicationRecord",
     "ReplayCounts",
     "ReplayRecord",
+    "Route",
     "SQLiteStore",
     "SchemaChange",
     "SchemaRecord",

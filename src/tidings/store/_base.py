@@ -12,6 +12,8 @@ Contract (checked for every backend by ``tests/test_store_contract.py``):
   call leaves no trace and no gap.
 * Writes that belong together (notifications and the subscription cursor, counters
   and what they count) are applied atomically.
+* A store may open notifications in the same transaction as the events they are for
+  (``route_appends``); one that cannot says so, and its caller opens them itself.
 * Reads never see a half-applied write.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -105,6 +107,32 @@ class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The ICRC-16 data, JSON-encoded wire form."""
     headers: bytes
     """The header Map pairs, JSON-encoded wire form."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Route:
+    """Notifications for one subscription, opened in the transaction of their events."""
+
+    subscription_id: int
+    events: list[StoredEvent]
+    """The events delivered to it, in log order (possibly none: all filtered out)."""
+    cursor: int
+    """The subscription's new cursor: the last event it was routed."""
+    stats: list[Stat]
+    ids: list[int] = field(default_factory=list)
+    """The notification ids, one per event; filled in by the store."""
+
+
+class AppendRouter(Protocol):
+    """Decides, inside an append's transaction, which notifications open with it.
+
+    Both methods run on the store's writing thread: ``plan`` before the commit (a
+    failure leaves the events unrouted, never unstored), ``committed`` right after it
+    and before any caller of ``append`` hears that its events are stored."""
+
+    def plan(self, events: Sequence[StoredEvent]) -> list[Route]: ...
+
+    def committed(self, events: Sequence[StoredEvent], routes: Sequence[Route]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +293,12 @@ class Store(SchemaStore, ReplayStore, ABC):
         """The highest ``seq`` in the log (0 when empty)."""
 
     # -- notifications ----------------------------------------------------------------
+
+    def route_appends(self, router: AppendRouter | None) -> bool:
+        """Have ``router`` open notifications in the transaction of each append from now on
+        (None: stop). Returns whether this store does so; by default it does not, and
+        notifications are opened by ``open_notifications`` after the events commit."""
+        return False
 
     @abstractmethod
     async def open_notifications(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import queue
 import sqlite3
 import threading
@@ -29,11 +30,13 @@ import msgspec
 from ..errors import StoreError
 from . import _deliveries
 from ._base import (
+    AppendRouter,
     DeadLetter,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
     PublicationRecord,
+    Route,
     Stat,
     Store,
     StoredEvent,
@@ -45,6 +48,8 @@ from ._sqlite_replays import REPLAY_DDL, SQLiteReplayStore
 from ._sqlite_schemas import SCHEMA_DDL, SQLiteSchemaStore
 
 __all__ = ["SQLiteStore"]
+
+log = logging.getLogger("tidings.store")
 
 T = TypeVar("T")
 
@@ -180,10 +185,11 @@ def _apply_stats(conn: sqlite3.Connection, stats: Iterable[Stat]) -> None:
 class _Writer(threading.Thread):
     """The single writing connection and its group-commit loop."""
 
-    def __init__(self, path: str, max_batch: int) -> None:
+    def __init__(self, path: str, max_batch: int, router: AppendRouter | None) -> None:
         super().__init__(name="tidings-sqlite-writer", daemon=True)
         self._path = path
         self._max_batch = max_batch
+        self.router = router
         self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -256,6 +262,12 @@ class _Writer(threading.Thread):
                 else:
                     results.append(self._run(conn, job))
                     i += 1
+            router = self.router
+            appended = [
+                e for (job, _, _), (good, value) in zip(batch, results, strict=True)
+                if good and isinstance(job, _Append) for e in value
+            ] if router is not None else []
+            routes = _route(conn, router, appended) if router is not None and appended else []
             conn.execute("COMMIT")
         except Exception as e:
             with contextlib.suppress(Exception):
@@ -267,6 +279,9 @@ class _Writer(threading.Thread):
             self.last_ids.update(self.staged)
             if self.seq is not None:
                 self.seq = self.staged_seq
+            if router is not None and appended:
+                # Before any caller hears of its events: the router hands them on first.
+                router.committed(appended, routes)
         for (_job, fut, loop), (good, value) in zip(batch, results, strict=True):
             loop.call_soon_threadsafe(_settle, fut, good, value)
 
@@ -283,6 +298,45 @@ class _Writer(threading.Thread):
             return False, e
         conn.execute("RELEASE job")
         return True, res
+
+
+def _route(conn: sqlite3.Connection, router: AppendRouter, events: list[StoredEvent]) -> list[Route]:
+    """Open the notifications ``router`` plans for ``events``, in their transaction.
+
+    A failure here must not fail the publish: the routes are undone and the
+    subscriptions' workers open those notifications themselves, as without a router."""
+    conn.execute("SAVEPOINT route")
+    try:
+        routes = router.plan(events)
+        now = time.time_ns()
+        for r in routes:
+            if not r.events:
+                continue
+            moved = conn.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (r.cursor, r.subscription_id))
+            if moved.rowcount == 0:  # deleted meanwhile
+                r.events = []
+                continue
+            r.ids = _insert_notifications(conn, r.subscription_id, r.events, now)
+            _apply_stats(conn, r.stats)
+    except Exception:
+        log.exception("routing %d event(s) at append failed; their workers open them instead", len(events))
+        conn.execute("ROLLBACK TO route")
+        conn.execute("RELEASE route")
+        return []
+    conn.execute("RELEASE route")
+    return routes
+
+
+def _insert_notifications(
+    c: sqlite3.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int
+) -> list[int]:
+    c.executemany(
+        "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
+        [(subscription_id, e.seq, e.namespace, now) for e in events],
+    )
+    # One writer, AUTOINCREMENT: the rows just inserted took consecutive ids.
+    last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
+    return list(range(last - len(events) + 1, last + 1))
 
 
 class _Append:
@@ -379,6 +433,7 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
+        self._router: AppendRouter | None = None
 
     @property
     def path(self) -> str:
@@ -387,7 +442,7 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
     async def open(self) -> None:
         if self._path != ":memory:":
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        w = _Writer(self._path, self._max_batch)
+        w = _Writer(self._path, self._max_batch, self._router)
         w.start()
         await asyncio.to_thread(w.ready.wait)
         if w.error is not None:
@@ -668,6 +723,12 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
         self._writer.jobs.put((_Append(events, list(stats)), fut, loop))
         return await fut
 
+    def route_appends(self, router: AppendRouter | None) -> bool:
+        self._router = router
+        if self._writer is not None:
+            self._writer.router = router  # read by the writer once per transaction
+        return True
+
     async def read_after(
         self, seq: int, namespaces: Sequence[str] | None = None, limit: int = 1000
     ) -> list[StoredEvent]:
@@ -732,18 +793,9 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
             cur = c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
             if cur.rowcount == 0:
                 return []
-            if not events:
-                _apply_stats(c, stats)
-                return []
-            now = time.time_ns()
-            c.executemany(
-                "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
-                [(subscription_id, e.seq, e.namespace, now) for e in events],
-            )
-            # One writer, AUTOINCREMENT: the rows just inserted took consecutive ids.
-            last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
+            ids = _insert_notifications(c, subscription_id, events, time.time_ns()) if events else []
             _apply_stats(c, stats)
-            return list(range(last - len(events) + 1, last + 1))
+            return ids
 
         return await self._write(job)
 

@@ -1,0 +1,101 @@
+"""Routing at append: notifications opened in the same transaction as their events.
+
+Without it a live event costs two durable commits before its push: the event, then the
+notification record with the subscription's cursor (``Store.open_notifications``, one
+per subscription). With it, the store asks :class:`Router` inside the append's
+transaction which subscriptions the new events go to, and records those notifications
+in the same commit; the subscription's worker then only pushes them.
+
+Only a worker that is *caught up* is routed: one that has considered every earlier
+event of the namespace (its ``scan`` is at or past the namespace's last event before
+this transaction). Any other worker (behind, stopped, starting again, subscribed by a
+pattern) reads the events itself as before, so each event is opened for a subscription
+exactly once, by one path or the other:
+
+* ``plan`` and ``committed`` run on the store's writing thread. They read the
+  delivery's state but change only their own (``_ns_seq``, ``_routed``), which no
+  other thread writes.
+* ``committed`` schedules the hand-over on the event loop before the store settles the
+  append's futures, so a worker's ``scan`` is past the routed events before the tail
+  shows them; a worker never reads the log beyond the tail's head
+  (``_Worker._next``), so it cannot see them before either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ..store import Route, StoredEvent
+
+if TYPE_CHECKING:
+    from .delivery import Delivery
+
+__all__ = ["Router"]
+
+log = logging.getLogger("tidings.delivery")
+
+
+class Router:
+    """The delivery's :class:`tidings.store.AppendRouter`."""
+
+    def __init__(
+        self,
+        delivery: Delivery,
+        loop: asyncio.AbstractEventLoop,
+        stats: Callable[..., list],  # delivery._stats, passed in to keep the import one way
+    ) -> None:
+        self._d = delivery
+        self._loop = loop
+        self._stats = stats
+        # The seq of each namespace's last stored event, as of the last commit seen. A
+        # namespace not seen since start is not routed until one commit has been.
+        self._ns_seq: dict[str, int] = {}
+        # The last event routed to each subscription; ahead of its worker's ``scan``
+        # until the hand-over runs on the event loop.
+        self._routed: dict[int, int] = {}
+
+    def forget(self, sub_id: int) -> None:
+        self._routed.pop(sub_id, None)
+
+    def plan(self, events: Sequence[StoredEvent]) -> list[Route]:
+        d = self._d
+        registry = d.registry
+        configs = registry.sub_configs
+        by_ns: dict[str, list[StoredEvent]] = {}
+        for e in events:
+            by_ns.setdefault(e.namespace, []).append(e)
+        routes: list[Route] = []
+        for ns, evs in by_ns.items():
+            before = self._ns_seq.get(ns)
+            group = d.wakeable(ns)  # a snapshot: the loop replaces it, never changes it
+            if before is None or not group:
+                continue
+            for w in group:
+                sub = w.sub
+                if w.started or max(w.scan, self._routed.get(sub.id, 0)) < before:
+                    continue  # behind, or resuming: its worker reads the log itself
+                conf = configs.get(sub.id)
+                if conf is None or conf.stopped:
+                    continue
+                try:
+                    passing = [
+                        e for e in evs
+                        if registry.subscriber_allowed(ns, sub.subscriber, e.seq) and conf.passes(e.id, d.data_of(e))
+                    ]
+                except Exception:  # the worker's own path meets the same error and reports it
+                    log.exception("subscription %s: routing at append failed", sub.id)
+                    continue
+                stats = self._stats(sub, passing, "notifications") if passing else []
+                routes.append(Route(subscription_id=sub.id, events=passing, cursor=evs[-1].seq, stats=stats))
+        return routes
+
+    def committed(self, events: Sequence[StoredEvent], routes: Sequence[Route]) -> None:
+        for e in events:
+            self._ns_seq[e.namespace] = e.seq
+        for r in routes:
+            self._routed[r.subscription_id] = r.cursor
+        if routes:
+            self._loop.call_soon_threadsafe(self._d.routed, routes)
