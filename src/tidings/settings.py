@@ -65,8 +65,9 @@ class Settings:
     max_age_s: float = 86_400.0
     """Age after which an unconfirmed notification is dead-lettered (counted from its first push)."""
 
-    tail_capacity: int = 100_000
-    """Recent events kept in memory so live delivery need not read the store."""
+    tail_capacity: int = 20_000
+    """Recent events kept in memory so live delivery need not read the store. About 0.7 KB
+    each for small events; a worker further behind reads the store (indexed) instead."""
 
     secret_overlap_s: int = 86_400
     """After ``tidings_rotate_subscription_secret``, how long the old secrets keep signing

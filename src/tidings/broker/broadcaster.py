@@ -14,6 +14,7 @@ import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from sys import intern
 from typing import Any, Protocol
 
 import msgspec
@@ -148,7 +149,7 @@ class Broadcaster:
             # The reserved pairs are spliced in as bytes: this runs for every event.
             stamp = received + b64(sha256(data).digest()) + b'"}]]'
             accepted.append((i, NewEvent(
-                namespace=e.namespace, source=caller.name, timestamp=now, data=data,
+                namespace=intern(e.namespace), source=caller.name, timestamp=now, data=data,
                 headers=b"[" + _encode(e.headers)[1:-1] + b"," + stamp if e.headers else b"[" + stamp,
             )))
         if not accepted:
