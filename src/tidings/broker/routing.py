@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..store import Route, StoredEvent
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["Router"]
 
 log = logging.getLogger("tidings.delivery")
+_namespace = attrgetter("namespace")
+_seq = attrgetter("seq")
 
 
 class Router:
@@ -93,8 +96,8 @@ class Router:
         return routes
 
     def committed(self, events: Sequence[StoredEvent], routes: Sequence[Route]) -> None:
-        for e in events:
-            self._ns_seq[e.namespace] = e.seq
+        # Events come in seq order, so the last of each namespace wins: one C-level pass.
+        self._ns_seq.update(zip(map(_namespace, events), map(_seq, events), strict=True))
         for r in routes:
             self._routed[r.subscription_id] = r.cursor
         if routes:
