@@ -155,3 +155,24 @@ async def test_every_event_reaches_every_subscription_once_under_concurrent_publ
     assert set(rec.got["/all"]) == {(ns, eid) for ns in names for eid in range(1, per_ns[ns] + 1)}
     toggled_got = rec.got.get("/toggled", [])
     assert len(set(toggled_got)) == len(toggled_got), "the toggled subscription got a notification twice"
+
+
+async def test_a_publish_never_visits_stopped_subscriptions(broker: Broker, endpoints: Any) -> None:
+    """Thousands of stopped subscriptions on a namespace must cost a publish nothing: only
+    running ones are among those a publish wakes (and the router considers)."""
+    ep = await endpoints(Recorder())
+    orch = broker.orchestrator
+    await orch.register_publications(ADMIN, [PublicationRegistration(namespace="s.x")])
+    regs = [SubscriptionRegistration(namespace="s.x", endpoint=ep.url, stopped=i > 0) for i in range(50)]
+    ids = [int(r.Ok) for r in await orch.register_subscriptions(ADMIN, regs)]
+
+    def wakeable() -> set[int]:
+        return {w.sub.id for w in broker.delivery.wakeable("s.x")}
+
+    await eventually(lambda: wakeable() == {ids[0]})
+    await orch.set_stopped(ADMIN, ids[1:3], False)
+    assert wakeable() == set(ids[:3])
+    await orch.set_stopped(ADMIN, ids[:1], True)
+    assert wakeable() == set(ids[1:3])
+    await orch.delete_subscriptions(ADMIN, [ids[1]])
+    await eventually(lambda: wakeable() == {ids[2]})
