@@ -1,0 +1,163 @@
+"""Where the server's time goes: py-spy on a real ``tidings serve`` while a scenario runs.
+
+    .venv/bin/python -m bench.profile publish            # publish-100, 8 clients
+    .venv/bin/python -m bench.profile publish --gil      # only who holds the interpreter lock
+    .venv/bin/python -m bench.profile fanout             # 100 endpoints
+    .venv/bin/python -m bench.profile split --rate 1000  # a live event's latency, stage by stage
+
+``publish`` and ``fanout`` print the server's CPU per event or notification (psutil), the
+share of samples per thread, and the lines with the most samples of their own. ``split``
+needs no py-spy: it cuts publish-to-handler latency at the broadcaster's own timestamps
+(the ``icrc72:broadcaster:received`` and ``:sent`` headers of each notification). Bounded
+in time; stops what it started. BENCHMARKS.md ("What the profile showed") was made so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvicorn
+
+from bench._harness import Server, free_port, post
+from bench.live_plane import EVENT, latency_body, throughput
+from bench.subscriptions import fanout
+from tidings.client import EventNotification, Subscriber
+
+
+def _cpu(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def _report(raw: Path, top: int) -> None:
+    """Samples per thread and per line (own samples), from py-spy's raw format."""
+    own: collections.Counter[tuple[str, str]] = collections.Counter()
+    threads: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack:
+            continue
+        frames = stack.split(";")
+        total += int(n)
+        threads[frames[0]] += int(n)
+        own[(frames[0], frames[-1])] += int(n)
+    print(f"{total} samples")
+    for t, n in threads.most_common():
+        print(f"  {100 * n / total:5.1f} %  {t}")
+    print("lines with the most samples of their own:")
+    for (t, f), n in own.most_common(top):
+        print(f"  {100 * n / total:5.1f} %  {t.split(':')[-1].strip()[:24]:24}  {f}")
+
+
+async def _run(what: str, srv: Server, seconds: float) -> tuple[int, str, float]:
+    """Count, unit, and the scenario's own rate (fan-out: from the first publish on)."""
+    if what == "publish":
+        r = await throughput(srv, 8, 100, seconds)
+        return int(r["events"]), "event", float(r["events_per_s"])
+    events = max(1000, int(seconds * 800))
+    r = await fanout(srv, 100, 1.0, events, data=EVENT["data"])
+    return int(r["delivered"]), "notification", float(r["notifications_per_s"])
+
+
+def profile(what: str, seconds: float, gil: bool, top: int) -> None:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
+        assert srv.proc is not None
+        raw = Path(d) / "profile.txt"
+        cmd = [spy, "record", "-p", str(srv.proc.pid), "-f", "raw", "-o", str(raw), "--threads", "-r", "200",
+               "-d", str(int(seconds) + 1)] + (["--gil"] if gil else [])
+        rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # attached before the load starts
+        cpu0, t0 = _cpu(srv.proc.pid), time.monotonic()
+        count, unit, rate = asyncio.run(_run(what, srv, seconds))
+        cpu, elapsed = _cpu(srv.proc.pid) - cpu0, time.monotonic() - t0
+        rec.wait(timeout=seconds + 30)
+        print(f"{what}: {count:,} {unit}s, {rate:,.0f}/s; server CPU {100 * cpu / elapsed:.0f} % "
+              f"over the {elapsed:.1f} s (setup included), {1e6 * cpu / count:.1f} µs per {unit}")
+        if raw.exists():
+            _report(raw, top)
+
+
+async def split(srv: Server, rate: float, seconds: float) -> None:
+    """Latency stages of single-event publishes at ``rate``/s, from the notification headers."""
+    rows: list[tuple[int, int, int, int]] = []
+
+    async def handle(n: EventNotification) -> None:
+        now = time.time_ns()
+        h = dict(n.headers)
+        rows.append((n.data["Map"][0][1]["Nat"], h["icrc72:broadcaster:received"]["Nat"],
+                     h["icrc72:broadcaster:sent"]["Nat"], now))
+
+    sub = Subscriber(handle, url=srv.url, token=srv.token, dedupe=False)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(sub, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
+    try:
+        async with aiohttp.ClientSession(headers=headers) as s:
+            await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
+            await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
+            pending: set[asyncio.Task[Any]] = set()
+            t_next = time.perf_counter()
+            for _ in range(int(rate * seconds)):
+                t_next += 1 / rate
+                # The body carries the wall clock here, to compare with the server's stamps.
+                t = asyncio.create_task(post(s, srv.url, "icrc72_publish", latency_body(time.time_ns())))
+                pending.add(t)
+                t.add_done_callback(pending.discard)
+                await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
+            await asyncio.gather(*pending)
+            deadline = time.monotonic() + 10
+            while len(rows) < int(rate * seconds) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+    finally:
+        server.should_exit = True
+        await task
+        await sub.close()
+    rows = rows[len(rows) // 10 :]  # the first tenth warms up
+
+    def pct(xs: list[float]) -> str:
+        xs = sorted(xs)
+        return " / ".join(f"{xs[min(len(xs) - 1, int(p * len(xs)))]:.2f}" for p in (0.5, 0.9, 0.99))
+
+    print(f"{len(rows)} events at {rate:g}/s; ms p50 / p90 / p99")
+    print(f"  publish call -> broadcaster received  {pct([(r - t) / 1e6 for t, r, _, _ in rows])}")
+    print(f"  received -> push sent (commit, route)  {pct([(s_ - r) / 1e6 for _, r, s_, _ in rows])}")
+    print(f"  push sent -> subscriber handler       {pct([(h - s_) / 1e6 for _, _, s_, h in rows])}")
+    print(f"  end to end                            {pct([(h - t) / 1e6 for t, _, _, h in rows])}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["publish", "fanout", "split"])
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--rate", type=float, default=1000.0, help="split: events per second")
+    a = ap.parse_args()
+    if a.what == "split":
+        with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
+            asyncio.run(split(srv, a.rate, a.seconds))
+    else:
+        profile(a.what, a.seconds, a.gil, a.top)
+
+
+if __name__ == "__main__":
+    main()
