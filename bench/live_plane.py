@@ -21,6 +21,7 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,31 @@ async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0)
     the first ``warmup`` seconds are not counted."""
     samples: list[tuple[int, float]] = []
 
-    async def handle(n: EventNotification) -> None:
+    def handle(n: EventNotification) -> None:
         t = n.data["Map"][0][1]["Nat"]
         samples.append((t, (time.perf_counter_ns() - t) / 1e6))
 
-    sub = Subscriber(handle, url=srv.url, token=srv.token, dedupe=False)
+    n = int(rate * (seconds + warmup))
+    start_ns = time.perf_counter_ns() + int(warmup * 1e9)
+    await paced_publishes(srv, rate, n, handle, time.perf_counter_ns)
+    lat_ms = [ms for t, ms in samples if t >= start_ns]
+    return {"rate": rate, "sent": n, "warmup_s": warmup, **percentiles(lat_ms)}
+
+
+async def paced_publishes(srv: Server, rate: float, n: int, handle: Callable[[EventNotification], None],
+                          clock: Callable[[], int]) -> int:
+    """``n`` single-event publishes at ``rate``/s, each carrying ``clock()`` at its call
+    (``latency_body``), to one subscription whose handler is ``handle`` (SDK ``Subscriber``
+    on uvicorn, trusted mode). Each publish is its own task, so a slow one does not hold
+    back the next. Returns once ``n`` were handled, or 10 s after the last publish."""
+    handled = 0
+
+    async def count(note: EventNotification) -> None:
+        nonlocal handled
+        handle(note)
+        handled += 1
+
+    sub = Subscriber(count, url=srv.url, token=srv.token, dedupe=False)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(sub, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve())
@@ -93,14 +114,12 @@ async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0)
         async with aiohttp.ClientSession(headers=headers) as s:
             await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
             await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
-            n = int(rate * (seconds + warmup))
-            start_ns = time.perf_counter_ns() + int(warmup * 1e9)
             interval = 1 / rate
             t_next = time.perf_counter()
             pending: set[asyncio.Task[None]] = set()
 
             async def one() -> None:
-                out = json.loads(await post(s, srv.url, "icrc72_publish", latency_body(time.perf_counter_ns())))
+                out = json.loads(await post(s, srv.url, "icrc72_publish", latency_body(clock())))
                 if "Ok" not in out[0]:
                     raise RuntimeError(f"publish: {out[0]}")
 
@@ -112,14 +131,13 @@ async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0)
                 await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
             await asyncio.gather(*pending)
             deadline = time.monotonic() + 10
-            while len(samples) < n and time.monotonic() < deadline:
+            while handled < n and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
     finally:
         server.should_exit = True
         await task
         await sub.close()
-    lat_ms = [ms for t, ms in samples if t >= start_ns]
-    return {"rate": rate, "sent": n, "warmup_s": warmup, **percentiles(lat_ms)}
+    return handled
 
 
 def percentiles(lat_ms: list[float]) -> dict[str, float]:

@@ -23,15 +23,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-import uvicorn
-
-from bench._harness import Server, free_port, post
-from bench.live_plane import EVENT, latency_body, throughput
+from bench._harness import Server
+from bench.live_plane import EVENT, paced_publishes, throughput
 from bench.subscriptions import fanout
-from tidings.client import EventNotification, Subscriber
+from tidings.client import EventNotification
 
 
 def _cpu(pid: int) -> float:
@@ -97,40 +93,14 @@ async def split(srv: Server, rate: float, seconds: float) -> None:
     """Latency stages of single-event publishes at ``rate``/s, from the notification headers."""
     rows: list[tuple[int, int, int, int]] = []
 
-    async def handle(n: EventNotification) -> None:
+    def handle(n: EventNotification) -> None:
         now = time.time_ns()
         h = dict(n.headers)
         rows.append((n.data["Map"][0][1]["Nat"], h["icrc72:broadcaster:received"]["Nat"],
                      h["icrc72:broadcaster:sent"]["Nat"], now))
 
-    sub = Subscriber(handle, url=srv.url, token=srv.token, dedupe=False)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(sub, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
-    try:
-        async with aiohttp.ClientSession(headers=headers) as s:
-            await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
-            await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
-            pending: set[asyncio.Task[Any]] = set()
-            t_next = time.perf_counter()
-            for _ in range(int(rate * seconds)):
-                t_next += 1 / rate
-                # The body carries the wall clock here, to compare with the server's stamps.
-                t = asyncio.create_task(post(s, srv.url, "icrc72_publish", latency_body(time.time_ns())))
-                pending.add(t)
-                t.add_done_callback(pending.discard)
-                await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
-            await asyncio.gather(*pending)
-            deadline = time.monotonic() + 10
-            while len(rows) < int(rate * seconds) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-    finally:
-        server.should_exit = True
-        await task
-        await sub.close()
+    # The wall clock in each body, to compare with the server's own stamps.
+    await paced_publishes(srv, rate, int(rate * seconds), handle, time.time_ns)
     rows = rows[len(rows) // 10 :]  # the first tenth warms up
 
     def pct(xs: list[float]) -> str:
