@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tidings.broker import Broker
+from tidings.broker.routing import RoutedTo
 from tidings.core.wire import Event, PublicationRegistration, SubscriptionRegistration, SubscriptionUpdate
 from tidings.settings import Settings
 from tidings.store import PrincipalRecord, SQLiteStore
@@ -176,3 +177,33 @@ async def test_a_publish_never_visits_stopped_subscriptions(broker: Broker, endp
     assert wakeable() == set(ids[1:3])
     await orch.delete_subscriptions(ADMIN, [ids[1]])
     await eventually(lambda: wakeable() == {ids[2]})
+
+
+async def test_a_route_planned_before_a_worker_restarted_does_not_move_it_past_unread_events(
+    broker: Broker, endpoints: Any
+) -> None:
+    """A worker that restarts after a failure goes back to its stored cursor, to read again
+    what it had read but not recorded. A route planned before that restart still hands
+    over its notifications, but must not move the worker past those events."""
+    rec = Recorder()
+    ep = await endpoints(rec)
+    orch = broker.orchestrator
+    await orch.register_publications(ADMIN, [PublicationRegistration(namespace="g.x")])
+    (r,) = await orch.register_subscriptions(ADMIN, [SubscriptionRegistration(namespace="g.x", endpoint=ep.url)])
+    sub_id = int(r.Ok)
+    w = broker.delivery._workers[sub_id]
+    await broker.broadcaster.publish(ADMIN, [_event("g.x", 1)])
+    await eventually(lambda: rec.count() == 1)
+    (event,) = broker.tail.read_after(0, ["g.x"], 10) or []
+    scan = w.scan
+
+    stale = RoutedTo(subscription_id=sub_id, events=[event], cursor=scan + 1_000, stats=[], ids=[10_001],
+                     generation=w.generation - 1)
+    broker.delivery.routed([stale])
+    assert w.scan == scan
+    await eventually(lambda: rec.count() == 2)  # its notification is still pushed
+
+    current = RoutedTo(subscription_id=sub_id, events=[event], cursor=scan + 1_000, stats=[], ids=[10_002],
+                       generation=w.generation)
+    broker.delivery.routed([current])
+    assert w.scan == scan + 1_000

@@ -43,7 +43,6 @@ from ..store import (
     DeadLetter,
     PendingNotification,
     PrincipalRecord,
-    Route,
     Stat,
     Store,
     StoredEvent,
@@ -51,7 +50,7 @@ from ..store import (
 )
 from .metrics import Metrics
 from .orchestrator import Orchestrator
-from .routing import Router
+from .routing import RoutedTo, Router
 from .tail import Tail
 
 __all__ = ["Delivery"]
@@ -269,7 +268,7 @@ class Delivery:
             self._router.forget(sub_id)
         self._tasks.pop(sub_id, None)
 
-    def routed(self, routes: Sequence[Route]) -> None:
+    def routed(self, routes: Sequence[RoutedTo]) -> None:
         """Hand notifications opened at append to their workers (on the event loop, before
         the tail shows their events)."""
         for r in routes:
@@ -279,7 +278,10 @@ class Delivery:
             if r.ids:
                 self.note_issued(r.ids)
                 w.routed.extend(zip(r.ids, r.events, strict=True))
-            w.scan = max(w.scan, r.cursor)
+            if r.generation == w.generation:
+                w.scan = max(w.scan, r.cursor)
+            # else the worker restarted from its stored cursor since: it reads these events
+            # again, and may send them twice, rather than skip what it had not opened.
             w.wakeup.set()
 
     def remove(self, sub_id: int) -> None:
@@ -402,6 +404,8 @@ class _Worker:
         self.settling: set[asyncio.Task[None]] = set()
         self.routed: list[tuple[int, StoredEvent]] = []
         """Notifications opened at append (``routing``), to push next."""
+        self.generation = 0
+        """Counts restarts after failures (``run``)."""
 
     def confirmed(self, nid: int) -> None:
         self.unconfirmed.pop(nid, None)
@@ -419,6 +423,7 @@ class _Worker:
                 await self._run()
                 return
             except Exception:  # CancelledError is not an Exception: shutdown still works
+                self.generation += 1  # routes planned before this no longer move ``scan``
                 failures += 1
                 delay = min(30.0, 0.25 * 2 ** min(failures, 7))
                 self.d.metrics.worker_restarts += 1

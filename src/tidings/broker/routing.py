@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -34,11 +35,18 @@ from ..store import Route, StoredEvent
 if TYPE_CHECKING:
     from .delivery import Delivery
 
-__all__ = ["Router"]
+__all__ = ["RoutedTo", "Router"]
 
 log = logging.getLogger("tidings.delivery")
 _namespace = attrgetter("namespace")
 _seq = attrgetter("seq")
+
+
+@dataclass(slots=True, kw_only=True)
+class RoutedTo(Route):
+    """A route, and the worker generation it was planned for (``_Worker.generation``)."""
+
+    generation: int
 
 
 class Router:
@@ -63,7 +71,7 @@ class Router:
     def forget(self, sub_id: int) -> None:
         self._routed.pop(sub_id, None)
 
-    def plan(self, events: Sequence[StoredEvent]) -> list[Route]:
+    def plan(self, events: Sequence[StoredEvent]) -> list[Route]:  # of RoutedTo
         d = self._d
         registry = d.registry
         configs = registry.sub_configs
@@ -92,7 +100,9 @@ class Router:
                     log.exception("subscription %s: routing at append failed", sub.id)
                     continue
                 stats = self._stats(sub, passing, "notifications") if passing else []
-                routes.append(Route(subscription_id=sub.id, events=passing, cursor=evs[-1].seq, stats=stats))
+                routes.append(RoutedTo(
+                    subscription_id=sub.id, events=passing, cursor=evs[-1].seq, stats=stats, generation=w.generation,
+                ))
         return routes
 
     def committed(self, events: Sequence[StoredEvent], routes: Sequence[Route]) -> None:
@@ -101,4 +111,5 @@ class Router:
         for r in routes:
             self._routed[r.subscription_id] = r.cursor
         if routes:
-            self._loop.call_soon_threadsafe(self._d.routed, routes)
+            # Only this router's plans come back here: they are all RoutedTo.
+            self._loop.call_soon_threadsafe(self._d.routed, [r for r in routes if isinstance(r, RoutedTo)])
