@@ -8,6 +8,7 @@ subscribers are real HTTP endpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import sqlite3
@@ -34,6 +35,9 @@ class Recorder:
 
     def __init__(self) -> None:
         self.got: dict[str, list[tuple[str, int]]] = {}
+        self.hold = asyncio.Event()
+        """Cleared: answers wait until it is set again."""
+        self.hold.set()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -42,6 +46,7 @@ class Recorder:
             self.got.setdefault(scope["path"], []).append((n["namespace"], n["eventId"]))
         if scope["path"].startswith("/slow"):
             await asyncio.sleep(0.02)  # falls behind: the router must leave it to its worker
+        await self.hold.wait()
         await respond(send)
 
     def count(self) -> int:
@@ -61,7 +66,7 @@ def _event(ns: str, n: int) -> Event:
 
 def _pending_seqs(db: Path, sub_id: int) -> list[int]:
     """What is pending for the subscription, read straight from the file (no await)."""
-    with sqlite3.connect(db) as c:
+    with contextlib.closing(sqlite3.connect(db)) as c:
         return [r[0] for r in c.execute("SELECT seq FROM notifications WHERE subscription_id = ?", (sub_id,))]
 
 
@@ -80,13 +85,17 @@ async def test_a_caught_up_subscriptions_notification_is_stored_with_its_event(
     await broker.broadcaster.publish(ADMIN, [_event("r.one", 1)])
     await eventually(lambda: rec.count() == 1 and not _pending_seqs(tmp_path / "tidings.db", sub_id))
 
-    (out,) = await broker.broadcaster.publish(ADMIN, [_event("r.one", 2)])
-    assert out is not None and out.Ok == [2]
-    # No await since publish returned: the worker has not run, yet the notification is
-    # already durable, committed together with the event.
-    stored = broker.tail.read_after(0, ["r.one"], 10)
-    assert stored is not None
-    assert _pending_seqs(tmp_path / "tidings.db", sub_id) == [stored[-1].seq]
+    rec.hold.clear()  # the push of event 2 is not answered yet: it stays pending
+    try:
+        (out,) = await broker.broadcaster.publish(ADMIN, [_event("r.one", 2)])
+        assert out is not None and out.Ok == [2]
+        # No await since publish returned, so the worker cannot have recorded it on its
+        # own: it is durable already because it was committed together with the event.
+        stored = broker.tail.read_after(0, ["r.one"], 10)
+        assert stored is not None
+        assert _pending_seqs(tmp_path / "tidings.db", sub_id) == [stored[-1].seq]
+    finally:
+        rec.hold.set()
 
     await eventually(lambda: rec.count() == 2 and not _pending_seqs(tmp_path / "tidings.db", sub_id))
     assert rec.got["/"] == [("r.one", 1), ("r.one", 2)]
