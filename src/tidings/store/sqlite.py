@@ -281,7 +281,10 @@ class _Writer(threading.Thread):
                 self.seq = self.staged_seq
             if router is not None and appended:
                 # Before any caller hears of its events: the router hands them on first.
-                router.committed(appended, routes)
+                try:
+                    router.committed(appended, routes)
+                except Exception:  # never the writer's end; the events are stored either way
+                    log.exception("the router failed after a commit")
         for (_job, fut, loop), (good, value) in zip(batch, results, strict=True):
             loop.call_soon_threadsafe(_settle, fut, good, value)
 
