@@ -64,6 +64,13 @@ def _event(ns: str, n: int) -> Event:
     return Event(namespace=ns, data={"Map": [["n", {"Nat": n}], ["even", {"Bool": n % 2 == 0}]]})
 
 
+async def _one_subscription(broker: Broker, namespace: str, endpoint: str) -> int:
+    orch = broker.orchestrator
+    await orch.register_publications(ADMIN, [PublicationRegistration(namespace=namespace)])
+    (r,) = await orch.register_subscriptions(ADMIN, [SubscriptionRegistration(namespace=namespace, endpoint=endpoint)])
+    return int(r.Ok)
+
+
 def _pending_seqs(db: Path, sub_id: int) -> list[int]:
     """What is pending for the subscription, read straight from the file (no await)."""
     with contextlib.closing(sqlite3.connect(db)) as c:
@@ -74,11 +81,7 @@ async def test_a_caught_up_subscriptions_notification_is_stored_with_its_event(
     broker: Broker, endpoints: Any, tmp_path: Path
 ) -> None:
     rec = Recorder()
-    ep = await endpoints(rec)
-    orch = broker.orchestrator
-    await orch.register_publications(ADMIN, [PublicationRegistration(namespace="r.one")])
-    (r,) = await orch.register_subscriptions(ADMIN, [SubscriptionRegistration(namespace="r.one", endpoint=ep.url)])
-    sub_id = int(r.Ok)
+    sub_id = await _one_subscription(broker, "r.one", (await endpoints(rec)).url)
 
     # The first event of a namespace since start is opened by the worker (the router has
     # not seen the namespace yet); once it is delivered, the subscription is caught up.
@@ -195,11 +198,7 @@ async def test_a_route_planned_before_a_worker_restarted_does_not_move_it_past_u
     what it had read but not recorded. A route planned before that restart still hands
     over its notifications, but must not move the worker past those events."""
     rec = Recorder()
-    ep = await endpoints(rec)
-    orch = broker.orchestrator
-    await orch.register_publications(ADMIN, [PublicationRegistration(namespace="g.x")])
-    (r,) = await orch.register_subscriptions(ADMIN, [SubscriptionRegistration(namespace="g.x", endpoint=ep.url)])
-    sub_id = int(r.Ok)
+    sub_id = await _one_subscription(broker, "g.x", (await endpoints(rec)).url)
     w = broker.delivery._workers[sub_id]
     await broker.broadcaster.publish(ADMIN, [_event("g.x", 1)])
     await eventually(lambda: rec.count() == 1)
