@@ -66,13 +66,13 @@ class Broadcaster:
         self._pending = 0
         self.schemas: SchemaCheck | None = None
 
-    def _bindings(self, events: Sequence[Event], now: int) -> dict[str, Any]:
+    def _bindings(self, namespaces: set[str], now: int) -> dict[str, Any]:
         """The schema binding of each namespace in the batch that has one."""
         out: dict[str, Any] = {}
         if self.schemas is None:
             return out
         confs = self._orch.pub_configs
-        for ns in {e.namespace for e in events}:
+        for ns in namespaces:
             conf = confs.get(ns)
             if conf is not None and conf.schema is not None:
                 out[ns] = self.schemas.bind(conf.schema, now)
@@ -89,7 +89,8 @@ class Broadcaster:
         n = len(events)
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
-        self._orch.require_namespaces([e.namespace for e in events])
+        namespaces = {e.namespace for e in events}
+        self._orch.require_namespaces(namespaces)
         check = values.check
         for i, e in enumerate(events):
             try:
@@ -104,10 +105,10 @@ class Broadcaster:
         accepted: list[tuple[int, NewEvent]] = []
         busy = self._pending + n > self._max_pending
         now = self._clock()
-        bindings = self._bindings(events, now)
+        bindings = self._bindings(namespaces, now)
         received = b'["icrc72:broadcaster:received",{"Nat":%d}],["icrc72:eventData:hash",{"Blob":"' % now
         # Asked once per namespace of the batch, not once per event.
-        allowed = {ns: self._orch.may_publish(caller.name, ns) for ns in {e.namespace for e in events}}
+        allowed = {ns: self._orch.may_publish(caller.name, ns) for ns in namespaces}
         sha256, b64 = hashlib.sha256, base64.b64encode
         for i, e in enumerate(events):
             if not allowed[e.namespace]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -140,7 +140,7 @@ class Orchestrator:
 
     # -- questions the publish and delivery paths ask ---------------------------------
 
-    def require_namespaces(self, namespaces: Sequence[str]) -> None:
+    def require_namespaces(self, namespaces: Iterable[str]) -> None:
         """Raise 404 ``namespace_not_found`` naming every unknown namespace in a batch."""
         missing = sorted({ns for ns in namespaces if ns not in self.publications})
         if missing:
