@@ -56,6 +56,10 @@ class Settings:
     retry_max_s: float = 30.0
     """Longest delay between two tries of a failed push."""
 
+    retry_after_max_s: float = 600.0
+    """Longest wait a subscriber's ``Retry-After`` (on ``429``/``503``) may ask for; a
+    longer one, or an HTTP date further ahead, waits this long."""
+
     ack_deadline_s: float = 30.0
     """In ``oneshot`` mode, how long a pushed notification may stay unconfirmed before it is sent again."""
 

@@ -1,5 +1,8 @@
 """Push delivery: one worker per subscription POSTs batches of notifications in order.
 
+This module holds the workers' registry and the push itself (``Delivery.post``); the
+worker's loop, retries and redelivery are in ``worker``, its counters in ``accounting``.
+
 A worker reads events after its position (from the in-memory tail, or from the store
 when it has fallen behind), records the batch as pending notifications together with
 its new cursor in one commit, and only then POSTs it. So after a crash every
@@ -27,7 +30,6 @@ import functools
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -36,11 +38,10 @@ import msgspec
 
 from ..core.config import SubscriptionConfig
 from ..core.namespaces import is_pattern
-from ..core.retry import Backoff, Outcome, classify, retry_after_seconds
+from ..core.retry import Outcome, classify, retry_after_seconds
 from ..core.wire import ConfirmResult, ItemResult, err, ok
 from ..settings import Settings
 from ..store import (
-    DeadLetter,
     PendingNotification,
     PrincipalRecord,
     Stat,
@@ -48,10 +49,12 @@ from ..store import (
     StoredEvent,
     SubscriptionRecord,
 )
+from .accounting import event_stats
 from .metrics import Metrics
 from .orchestrator import Orchestrator
 from .routing import RoutedTo, Router
 from .tail import Tail
+from .worker import Gone, Note, Worker
 
 __all__ = ["Delivery"]
 
@@ -85,35 +88,6 @@ def _with_sent(headers: bytes, ts: int) -> msgspec.Raw:
     return msgspec.Raw(headers[:-1] + b"," + pair + b"]")
 
 
-def _stats(
-    sub: SubscriptionRecord, events: Sequence[StoredEvent], name: str, prefix: str = "icrc72"
-) -> list[Stat]:
-    """Counter increments for the subscription, its subscriber and each event's publication."""
-    n = len(events)
-    out = [
-        Stat("subscription", str(sub.id), f"{prefix}:subscription:stats:{name}", n),
-        Stat("subscriber", sub.subscriber, f"{prefix}:subscriber:stats:{name}", n),
-    ]
-    per_ns = Counter(e.namespace for e in events)
-    out.extend(Stat("publication", ns, f"{prefix}:publication:stats:{name}", c) for ns, c in per_ns.items())
-    return out
-
-
-def _settle_stats(sub: SubscriptionRecord, notes: Sequence[_Note]) -> dict[int, list[Stat]]:
-    """Each notification's confirmation counters, for ``settle_notifications`` (which
-    applies only those of notifications still pending). Shared per namespace: this runs
-    for every confirmed notification."""
-    by_ns: dict[str, list[Stat]] = {}
-    out: dict[int, list[Stat]] = {}
-    for n in notes:
-        ns = n.event.namespace
-        stats = by_ns.get(ns)
-        if stats is None:
-            stats = by_ns[ns] = _stats(sub, [n.event], "confirmations")
-        out[n.id] = stats
-    return out
-
-
 class Delivery:
     def __init__(
         self,
@@ -129,9 +103,9 @@ class Delivery:
         rand: Callable[[], float] = random.random,
         metrics: Metrics | None = None,
     ) -> None:
-        self._store = store
-        self._tail = tail
-        self._settings = settings
+        self.store = store
+        self.tail = tail
+        self.settings = settings
         self.registry = registry
         self._on_gone = on_gone
         # Decoded event data, shared by every subscription's filter; bounded.
@@ -143,13 +117,13 @@ class Delivery:
         self.metrics = metrics or Metrics()
         self.signer: Callable[[int, str, bytes], dict[str, str]] | None = None
         """Signs a push: (subscription id, message id, body) -> headers to add."""
-        self._workers: dict[int, _Worker] = {}
+        self._workers: dict[int, Worker] = {}
         # The workers a publish may wake, by the namespace or pattern they subscribe to: a
         # publish wakes only its own, and never visits stopped ones (a namespace may hold
         # thousands of them; they are woken when started).
-        self._by_namespace: dict[str, dict[int, _Worker]] = {}
+        self._by_namespace: dict[str, dict[int, Worker]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._tg: asyncio.TaskGroup | None = None
+        self.task_group: asyncio.TaskGroup | None = None
         self._session: aiohttp.ClientSession | None = None
         self._ready = asyncio.Event()
         self._last_notification = 0
@@ -157,28 +131,28 @@ class Delivery:
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
-        self._last_notification = await self._store.last_notification_id()
-        timeout = aiohttp.ClientTimeout(total=self._settings.push_timeout_s)
+        self._last_notification = await self.store.last_notification_id()
+        timeout = aiohttp.ClientTimeout(total=self.settings.push_timeout_s)
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True)
         async with (
             aiohttp.ClientSession(timeout=timeout, connector=connector, auto_decompress=False) as session,
             asyncio.TaskGroup() as tg,
         ):
-            self._session, self._tg = session, tg
+            self._session, self.task_group = session, tg
             for sub in subscriptions:
                 self.add(sub)
-            if self._settings.delivery_linger_ms <= 0:  # lingering workers gather batches themselves
-                router = Router(self, asyncio.get_running_loop(), _stats)
-                if self._store.route_appends(router):
+            if self.settings.delivery_linger_ms <= 0:  # lingering workers gather batches themselves
+                router = Router(self, asyncio.get_running_loop(), event_stats)
+                if self.store.route_appends(router):
                     self._router = router
             self._ready.set()
             try:
                 await asyncio.Event().wait()
             finally:
                 if self._router is not None:
-                    self._store.route_appends(None)
+                    self.store.route_appends(None)
                     self._router = None
-                self._tg = None
+                self.task_group = None
                 for t in self._tasks.values():
                     t.cancel()
 
@@ -205,7 +179,7 @@ class Delivery:
                 # Resume after what was published up to now, not up to when the worker
                 # gets to it (it may still be pushing an earlier batch).
                 w.started = True
-                w.resume_at = self._tail.head
+                w.resume_at = self.tail.head
             w.wakeup.set()
 
     def subscription_removed(self, sub_id: int) -> None:
@@ -226,16 +200,16 @@ class Delivery:
         return d
 
     def add(self, sub: SubscriptionRecord) -> None:
-        if self._tg is None or sub.id in self._workers:
+        if self.task_group is None or sub.id in self._workers:
             return
-        w = _Worker(self, sub)
+        w = Worker(self, sub)
         self._workers[sub.id] = w
         self._index(w)
-        task = self._tg.create_task(w.run(), name=f"tidings-sub-{sub.id}")
+        task = self.task_group.create_task(w.run(), name=f"tidings-sub-{sub.id}")
         self._tasks[sub.id] = task
         task.add_done_callback(functools.partial(self._forget, sub.id))
 
-    def _index(self, w: _Worker) -> None:
+    def _index(self, w: Worker) -> None:
         """Keep ``w`` among the workers a publish wakes while its subscription runs."""
         conf = self.registry.sub_configs.get(w.sub.id)
         if conf is None or conf.stopped:
@@ -246,7 +220,7 @@ class Delivery:
             # Copy on write: the router reads these from the store's thread.
             self._by_namespace[w.sub.namespace] = {**group, w.sub.id: w}
 
-    def _unindex(self, w: _Worker) -> None:
+    def _unindex(self, w: Worker) -> None:
         group = self._by_namespace.get(w.sub.namespace)
         if group is not None and w.sub.id in group:
             rest = {k: v for k, v in group.items() if k != w.sub.id}
@@ -255,7 +229,7 @@ class Delivery:
             else:
                 del self._by_namespace[w.sub.namespace]
 
-    def wakeable(self, namespace: str) -> Sequence[_Worker]:
+    def wakeable(self, namespace: str) -> Sequence[Worker]:
         """The running workers subscribed to exactly this namespace (a snapshot)."""
         group = self._by_namespace.get(namespace)
         return tuple(group.values()) if group else ()
@@ -312,9 +286,9 @@ class Delivery:
     async def events_of(self, notes: Sequence[PendingNotification]) -> dict[int, StoredEvent]:
         """Each notification's event, by notification id: a replayed one carries its own
         copy (with the replay headers; an archived event is not in the log any more)."""
-        copies = await self._store.replay_events([p.id for p in notes])
+        copies = await self.store.replay_events([p.id for p in notes])
         rest = [p.seq for p in notes if p.id not in copies]
-        by_seq = {e.seq: e for e in await self._store.read_seqs(rest)} if rest else {}
+        by_seq = {e.seq: e for e in await self.store.read_seqs(rest)} if rest else {}
         out = dict(copies)
         out.update((p.id, by_seq[p.seq]) for p in notes if p.id not in copies and p.seq in by_seq)
         return out
@@ -328,9 +302,9 @@ class Delivery:
             return False
         self.note_issued([i for i, _ in notes])
         try:
-            await w._deliver([_Note(i, e, 0, created_at) for i, e in notes])
+            await w.deliver([Note(i, e, 0, created_at) for i, e in notes])
             await w.settled()  # a replay's progress counts confirmations: store them first
-        except _Gone as gone:
+        except Gone as gone:
             await self.ended(sub_id, str(gone))
             return False
         w.wakeup.set()  # oneshot: its idle wait now has an ack deadline to watch
@@ -345,7 +319,7 @@ class Delivery:
         self, caller: PrincipalRecord, ids: Sequence[int], subscriptions: dict[int, SubscriptionRecord]
     ) -> ConfirmResult:
         """``icrc72_confirm_notifications``: settle pending notifications of the caller's."""
-        pending = {p.id: p for p in await self._store.get_notifications(list(set(ids)))}
+        pending = {p.id: p for p in await self.store.get_notifications(list(set(ids)))}
         results: list[ItemResult | None] = []
         mine: dict[int, PendingNotification] = {}
         for i in ids:
@@ -371,9 +345,9 @@ class Delivery:
                     Stat("subscriber", sub.subscriber, "icrc72:subscriber:stats:confirmations"),
                     Stat("publication", p.namespace, "icrc72:publication:stats:confirmations"),
                 ]
-            settled = await self._store.settle_notifications(list(mine), stats)
+            settled = await self.store.settle_notifications(list(mine), stats)
             now = self.now_ns()
-            events = {e.seq: e for e in await self._store.read_seqs([mine[i].seq for i in settled])}
+            events = {e.seq: e for e in await self.store.read_seqs([mine[i].seq for i in settled])}
             self.metrics.confirmed(
                 (now - events[mine[i].seq].timestamp) / 1e9 for i in settled if mine[i].seq in events
             )
@@ -385,316 +359,18 @@ class Delivery:
             return ConfirmResult(allAccepted=None)
         return ConfirmResult(itemized=results)
 
-
-class _Worker:
-    def __init__(self, d: Delivery, sub: SubscriptionRecord) -> None:
-        self.d = d
-        self.sub = sub
-        self.scan = sub.cursor
-        """Seq of the last event considered; ahead of the stored cursor while events are
-        being filtered out, since only a batch that is sent moves the stored one."""
-        self.started = False
-        """Set when a stopped subscription is started: it resumes after ``resume_at``, the
-        end of the log when it was started."""
-        self.resume_at = 0
-        self.wakeup = asyncio.Event()
-        # oneshot mode: notifications pushed and awaiting icrc72_confirm_notifications.
-        self.unconfirmed: dict[int, tuple[_Note, float]] = {}
-        self.redriven: list[PendingNotification] = []
-        self.settling: set[asyncio.Task[None]] = set()
-        self.routed: list[tuple[int, StoredEvent]] = []
-        """Notifications opened at append (``routing``), to push next."""
-        self.generation = 0
-        """Counts restarts after failures (``run``)."""
-
-    def confirmed(self, nid: int) -> None:
-        self.unconfirmed.pop(nid, None)
-
-    async def run(self) -> None:
-        """Deliver until the subscription is deleted or ended, surviving failures.
-
-        An unexpected error (the store refusing a write, say) must not stop this
-        subscription for good, nor, through the task group, every other one while
-        publishes are still accepted: the worker logs it, backs off, and starts again
-        from what the store holds (its cursor and its pending notifications)."""
-        failures = 0
-        while True:
-            try:
-                await self._run()
-                return
-            except Exception:  # CancelledError is not an Exception: shutdown still works
-                self.generation += 1  # routes planned before this no longer move ``scan``
-                failures += 1
-                delay = min(30.0, 0.25 * 2 ** min(failures, 7))
-                self.d.metrics.worker_restarts += 1
-                log.exception("subscription %s: delivery failed; restarting in %.2f s", self.sub.id, delay)
-                await self.d.sleep(delay)
-                stored = [r for r in await self.d._store.list_subscriptions(self.sub.namespace) if r.id == self.sub.id]
-                if not stored:
-                    return
-                # Back to what is stored: what was read but not opened is read again. (An
-                # event routed meanwhile may then be sent twice: at least once, still.)
-                self.sub.cursor = self.scan = stored[0].cursor
-                self.unconfirmed.clear()  # still pending in the store: sent again by _resend_stored
-                self.routed.clear()  # likewise
-
-    async def _run(self) -> None:
-        s = self.d._settings
-        registry = self.d.registry
-        try:
-            await self._resend_stored()
-            while True:
-                await self._resend_redriven()
-                await self._resend_overdue()
-                conf = registry.sub_configs.get(self.sub.id)
-                if conf is None:  # deleted
-                    return
-                if self.routed:
-                    # Opened at append while the subscription ran: pushed even if it has
-                    # stopped since, like a batch that was already on its way.
-                    batch, self.routed = self.routed[:s.delivery_batch_size], self.routed[s.delivery_batch_size:]
-                    now = self.d.now_ns()
-                    await self._deliver([_Note(i, e, 0, now) for i, e in batch])
-                    continue
-                if self.started:
-                    # Events that passed while stopped are not delivered (a replay can
-                    # fetch them): resume at the end of the log.
-                    self.started = False
-                    self.scan = max(self.scan, self.resume_at)
-                    await self.d._store.move_cursor(self.sub.id, self.scan)
-                if conf.stopped:
-                    await self._idle()
-                    continue
-                events = await self._next(s.delivery_batch_size)
-                if not events:
-                    await self._idle()
-                    continue
-                if s.delivery_linger_ms > 0 and len(events) < s.delivery_batch_size:
-                    await self.d.sleep(s.delivery_linger_ms / 1000)
-                    more = await self._next(s.delivery_batch_size - len(events), after=events[-1].seq)
-                    events = events + more
-                last = events[-1].seq
-                subscriber = self.sub.subscriber
-                passing = [
-                    e for e in events
-                    if registry.subscriber_allowed(e.namespace, subscriber, e.seq)
-                    and conf.passes(e.id, self.d.data_of(e))
-                ]
-                if not passing:
-                    self.scan = max(self.scan, last)
-                    continue
-                ids = await self.d._store.open_notifications(
-                    self.sub.id, passing, last, _stats(self.sub, passing, "notifications")
-                )
-                if not ids:  # the subscription was deleted under us
-                    return
-                self.d.note_issued(ids)
-                self.scan = max(self.scan, last)
-                now = self.d.now_ns()
-                await self._deliver([_Note(i, e, 0, now) for i, e in zip(ids, passing, strict=True)])
-        except _Gone as gone:
-            await self.d.ended(self.sub.id, str(gone))
-
-    async def _idle(self) -> None:
-        timeout = None
-        if self.unconfirmed:
-            oldest = min(t for _, t in self.unconfirmed.values())
-            timeout = max(0.0, oldest + self.d._settings.ack_deadline_s - self.d.monotonic())
-        self.wakeup.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self.wakeup.wait()
-
-    async def _next(self, limit: int, after: int | None = None) -> list[StoredEvent]:
-        pos = self.scan if after is None else after
-        ns = self.d.registry.namespaces_for(self.sub)
-        if not ns:
-            return []
-        events = self.d._tail.read_after(pos, ns, limit)
-        if events is None:
-            head = self.d._tail.head
-            # Nothing past the tail's head: those events may be routed to this worker at
-            # append and handed over only after their commit (``routing``).
-            events = [e for e in await self.d._store.read_after(pos, ns, limit) if e.seq <= head]
-            if len(events) < limit and after is None:
-                # Everything of ours up to the head we knew of is read: skip ahead so the
-                # next look is served by the tail again.
-                self.scan = max(self.scan, head)
-        return events
-
-    async def _resend_stored(self) -> None:
-        await self._resend(await self.d._store.pending(self.sub.id))
-
-    async def _resend(self, pending: Sequence[PendingNotification]) -> None:
-        size = self.d._settings.delivery_batch_size
-        for i in range(0, len(pending), size):
-            chunk = pending[i : i + size]
-            events = await self.d.events_of(chunk)
-            await self._deliver([
-                _Note(p.id, events[p.id], p.attempts, p.created_at) for p in chunk if p.id in events
-            ])
-
-    async def _resend_redriven(self) -> None:
-        while self.redriven:
-            batch, self.redriven = self.redriven, []
-            await self._resend(batch)
-
-    async def _resend_overdue(self) -> None:
-        if not self.unconfirmed:
-            return
-        deadline = self.d.monotonic() - self._ack_deadline(oneshot=True)
-        overdue = [n for n, t in self.unconfirmed.values() if t <= deadline]
-        if overdue:
-            # A confirmation that came while its push was still open found nothing to clear
-            # in ``unconfirmed``: ask the store what is still pending before sending again.
-            pending = {p.id for p in await self.d._store.get_notifications([n.id for n in overdue])}
-            for n in overdue:
-                if n.id not in pending:
-                    self.unconfirmed.pop(n.id, None)
-            overdue = [n for n in overdue if n.id in pending]
-        if not overdue:
-            return
-        for n in overdue:
-            self.unconfirmed.pop(n.id, None)
-        overdue = await self._give_up(overdue, "not confirmed within the ack deadline")
-        size = self.d._settings.delivery_batch_size
-        for i in range(0, len(overdue), size):
-            await self._deliver(overdue[i : i + size])
-
-    def _conf(self) -> SubscriptionConfig:
-        return self.d.registry.sub_configs.get(self.sub.id) or SubscriptionConfig()
-
-    def _ack_deadline(self, *, oneshot: bool) -> float:
-        s = self.d._settings
-        own = self._conf().ack_deadline_s
-        return own if own is not None else (s.ack_deadline_s if oneshot else s.push_timeout_s)
-
-    def _backoff(self) -> Backoff:
-        s, c = self.d._settings, self._conf()
-        return Backoff(
-            c.retry_initial_s if c.retry_initial_s is not None else s.retry_initial_s,
-            c.retry_max_s if c.retry_max_s is not None else s.retry_max_s,
-        )
-
-    async def _give_up(self, notes: list[_Note], reason: str) -> list[_Note]:
-        """Dead-letter the notes past their attempt or age limit; return the others."""
-        s, c = self.d._settings, self._conf()
-        max_attempts = c.max_attempts or s.max_attempts
-        max_age_ns = (c.max_age_s if c.max_age_s is not None else s.max_age_s) * 1e9
-        now = self.d.now_ns()
-        expired = [n for n in notes if n.attempts >= max_attempts or now - n.created_at >= max_age_ns]
-        if expired:
-            worst = max(n.attempts for n in expired)
-            await self._dead_letter(expired, f"gave up after {worst} attempt(s): {reason}")
-        return [n for n in notes if n not in expired]
-
-    async def _dead_letter(self, notes: list[_Note], reason: str) -> None:
-        now = self.d.now_ns()
-        sub = self.sub
-        letters = [
-            DeadLetter(id=n.id, subscription_id=sub.id, subscriber=sub.subscriber, seq=n.event.seq,
-                       namespace=n.event.namespace, event_id=n.event.id, attempts=n.attempts, reason=reason,
-                       dead_at=now)
-            for n in notes
-        ]
-        stats = _stats(sub, [n.event for n in notes], "deadLetters", prefix="tidings")
-        moved = await self.d._store.dead_letter(letters, stats)
-        self.d.metrics.notifications_dead_lettered += len(moved)
-        log.warning("subscription %s: %d notification(s) dead-lettered: %s", sub.id, len(moved), reason)
-
-    async def _deliver(self, batch: list[_Note]) -> None:
-        """Push until the endpoint takes the batch, or the notifications are given up on.
-
-        Reliable subscriptions retry error answers and failures with back-off, within the
-        attempt and age limits, then dead-letter. A subscription that is not reliable
-        ends (or, configured so, dead-letters) on an error answer; a push that got no
-        answer at all is retried either way.
-        """
-        failures = 0
-        metrics = self.d.metrics
-        while batch:
-            for n in batch:
-                n.attempts += 1
-            outcome, answer, reason, retry_after = await self._post(batch)
-            metrics.notifications_sent += len(batch)
-            if failures:
-                metrics.notifications_retried += len(batch)
-            if outcome is Outcome.GONE:
-                raise _Gone(reason)
-            conf = self._conf()
-            if outcome is Outcome.ACK:
-                if self.sub.mode == "oneshot":
-                    now = self.d.monotonic()
-                    for n in batch:
-                        self.unconfirmed[n.id] = (n, now)
-                    return
-                failed = _failed_items(answer, len(batch))
-                done = [n for i, n in enumerate(batch) if i not in failed]
-                if done:
-                    self._settle(done)
-                batch = [n for i, n in enumerate(batch) if i in failed]
-                if not batch:
-                    return
-                outcome, reason = Outcome.ERROR_ANSWER, "the endpoint answered Err"
-            if outcome is Outcome.ERROR_ANSWER and not conf.reliable:
-                if conf.on_error == "deadletter":
-                    await self._dead_letter(batch, reason)
-                    return
-                raise _Gone(f"{reason}; not reliable: unsubscribed (XEP-0021 3.5)")
-            await self.d._store.count_attempt(
-                [n.id for n in batch], _stats(self.sub, [n.event for n in batch], "retries", prefix="tidings")
-            )
-            batch = await self._give_up(batch, reason)
-            if batch:
-                failures += 1
-                await self.d.sleep(self._backoff().delay(failures, self.d.random(), retry_after))
-
-    def _settle(self, done: list[_Note]) -> None:
-        """Settle confirmed notifications without holding up the next push.
-
-        The next batch of this subscription would otherwise wait for this commit, adding
-        a commit to the latency of every event that arrives meanwhile. The writer runs
-        jobs in the order queued, so nothing reads a state older than what was pushed;
-        a settle lost to a crash leaves the notifications pending, to be sent again."""
-        tg = self.d._tg
-        if tg is None:  # shutting down: the notifications stay pending
-            return
-        task = tg.create_task(self._settle_now(done))
-        self.settling.add(task)
-        task.add_done_callback(self.settling.discard)
-
-    async def _settle_now(self, done: list[_Note]) -> None:
-        try:
-            settled = set(await self.d._store.settle_notifications(
-                [n.id for n in done], _settle_stats(self.sub, done)
-            ))
-        except Exception:  # they stay pending and are sent again; never fail the task group
-            log.exception("subscription %s: settling %d notification(s) failed", self.sub.id, len(done))
-            return
-        now = self.d.now_ns()
-        # A replayed event's age is not a delivery latency (docs/replay.md).
-        self.d.metrics.confirmed(
-            (now - n.event.timestamp) / 1e9 for n in done
-            if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
-        )
-
-    async def settled(self) -> None:
-        """Wait until the confirmations of what was pushed so far are stored."""
-        while self.settling:
-            await asyncio.gather(*self.settling, return_exceptions=True)
-
-    async def _post(self, batch: list[_Note]) -> tuple[Outcome, object, str, float | None]:
+    async def post(
+        self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig
+    ) -> tuple[Outcome, object, str, float | None]:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
-        sub = self.sub
         if sub.endpoint is None:
             return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
-        sent = self.d.now_ns()
-        filter_text = self._conf().filter
+        sent = self.now_ns()
         body = _encode([
             _Push(
                 id=n.id, eventId=n.event.id, prev_id=n.event.prev_id, timestamp=n.event.timestamp,
                 namespace=n.event.namespace, data=msgspec.Raw(n.event.data), source=n.event.source,
-                filter=filter_text, headers=_with_sent(n.event.headers, sent),
+                filter=conf.filter, headers=_with_sent(n.event.headers, sent),
             )
             for n in batch
         ])
@@ -703,12 +379,13 @@ class _Worker:
             "x-tidings-subscription": str(sub.id),
             "x-tidings-mode": sub.mode,
         }
-        if self.d.signer is not None:
+        if self.signer is not None:
             # A retry of the same batch keeps its message id, so receivers can dedupe.
-            headers.update(self.d.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))
-        timeout = aiohttp.ClientTimeout(total=self._ack_deadline(oneshot=False))
+            headers.update(self.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))
+        deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self.settings.push_timeout_s
+        timeout = aiohttp.ClientTimeout(total=deadline)
         try:
-            async with self.d.session.post(
+            async with self.session.post(
                 sub.endpoint, data=body, headers=headers, allow_redirects=False, timeout=timeout
             ) as resp:
                 raw = await resp.read()
@@ -717,32 +394,10 @@ class _Worker:
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             log.debug("push to subscription %s failed: %r", sub.id, e)
             return Outcome.NO_ANSWER, None, f"no answer: {e!r}", None
-        outcome = classify(status)
+        retry_after = retry_after_seconds(status, retry_header, self.now_ns() / 1e9)
+        outcome = classify(status, retry_after)
         answer: object = None
         if outcome is Outcome.ACK and raw:
             with contextlib.suppress(msgspec.DecodeError):
                 answer = _decode_answer(raw)
-        return outcome, answer, f"HTTP {status}", retry_after_seconds(status, retry_header)
-
-
-class _Note:
-    """A notification on its way: its event, tries so far, and when it was recorded."""
-
-    __slots__ = ("attempts", "created_at", "event", "id")
-
-    def __init__(self, nid: int, event: StoredEvent, attempts: int = 0, created_at: int = 0) -> None:
-        self.id = nid
-        self.event = event
-        self.attempts = attempts
-        self.created_at = created_at
-
-
-class _Gone(Exception):
-    pass
-
-
-def _failed_items(answer: object, n: int) -> set[int]:
-    """Indexes the subscriber answered ``Err`` for; a non-itemized 2xx confirms all."""
-    if not isinstance(answer, list) or len(answer) != n:
-        return set()
-    return {i for i, item in enumerate(answer) if isinstance(item, dict) and "Err" in item}
+        return outcome, answer, f"HTTP {status}", retry_after

@@ -32,9 +32,12 @@ class Metrics:
     def __init__(self) -> None:
         self.events_published = 0
         self.notifications_sent = 0
-        """Notifications pushed, each try counted (first sends and retries)."""
+        """Notification pushes the endpoint took (a 2xx answer, not an itemized ``Err``); a
+        push that got no answer, an error answer or back-pressure is not a send."""
         self.notifications_confirmed = 0
         self.notifications_retried = 0
+        self.notifications_deferred = 0
+        """Notification pushes answered with back-pressure (429/503 with Retry-After)."""
         self.notifications_dead_lettered = 0
         self.subscriptions_ended = 0
         self.worker_restarts = 0
@@ -53,10 +56,13 @@ class Metrics:
             out.extend((f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name} {value}"))
 
         counter("tidings_events_published_total", "Events accepted and stored.", self.events_published)
-        counter("tidings_notifications_sent_total", "Notification pushes, retries included.", self.notifications_sent)
+        counter("tidings_notifications_sent_total", "Notification pushes the endpoint took (2xx, not an itemized Err).", self.notifications_sent)
         counter("tidings_notifications_confirmed_total", "Notifications confirmed.", self.notifications_confirmed)
-        counter("tidings_notifications_retried_total", "Notification pushes that were retries.",
+        counter("tidings_notifications_retried_total", "Notification pushes that repeated a failed or unconfirmed one.",
                 self.notifications_retried)
+        counter("tidings_notifications_deferred_total",
+                "Notification pushes answered 429/503 with Retry-After: delayed, not counted as tries.",
+                self.notifications_deferred)
         counter("tidings_notifications_dead_lettered_total", "Notifications moved to the dead letters.",
                 self.notifications_dead_lettered)
         counter("tidings_subscriptions_ended_total", "Subscriptions ended by delivery (410 Gone, error answers).",

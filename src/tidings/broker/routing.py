@@ -18,7 +18,7 @@ exactly once, by one path or the other:
 * ``committed`` schedules the hand-over on the event loop before the store settles the
   append's futures, so a worker's ``scan`` is past the routed events before the tail
   shows them; a worker never reads the log beyond the tail's head
-  (``_Worker._next``), so it cannot see them before either.
+  (``Worker._next``), so it cannot see them before either.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _seq = attrgetter("seq")
 
 @dataclass(slots=True, kw_only=True)
 class RoutedTo(Route):
-    """A route, and the worker generation it was planned for (``_Worker.generation``)."""
+    """A route, and the worker generation it was planned for (``Worker.generation``)."""
 
     generation: int
 
@@ -56,7 +56,7 @@ class Router:
         self,
         delivery: Delivery,
         loop: asyncio.AbstractEventLoop,
-        stats: Callable[..., list],  # delivery._stats, passed in to keep the import one way
+        stats: Callable[..., list],  # accounting.event_stats, passed in to keep the import one way
     ) -> None:
         self._d = delivery
         self._loop = loop

@@ -1,0 +1,425 @@
+"""One subscription's delivery worker: reads, records, pushes in order, and retries.
+
+The worker of a subscription reads the events after its position, records the batch as
+pending notifications with its new cursor in one commit, and only then pushes it
+(``Delivery.post``). One batch is in flight at a time, which keeps order. What an
+answer leads to (docs/delivery.md):
+
+* an ack settles the batch (``trusted``) or starts its ack deadline (``oneshot``);
+* back-pressure (``429``/``503`` with ``Retry-After``) waits and pushes again, without
+  counting a try;
+* an error answer or no answer is a failed try: retried with back-off, within the
+  subscription's attempt and age limits, then dead-lettered; a subscription that is not
+  reliable ends (or dead-letters) on an error answer.
+
+Every timing (ack deadline, back-off, maximum age) is the subscription's own when it
+sets one, on every path. Nothing is pushed while the subscription is stopped, retries
+included: what is pending stays in the store and is pushed again, in event order, when
+it is started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..core.config import SubscriptionConfig
+from ..core.retry import Backoff, Outcome
+from ..store import DeadLetter, PendingNotification, StoredEvent, SubscriptionRecord
+from .accounting import event_stats, per_notification_stats
+
+if TYPE_CHECKING:
+    from .delivery import Delivery
+
+__all__ = ["Gone", "Note", "Worker"]
+
+log = logging.getLogger("tidings.delivery")
+
+# Dead-letter reasons (``DeadLetterInfo.reason``): short, stable codes.
+ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+MAX_AGE = "max_age"
+ERROR_ANSWER = "error_answer"
+
+
+class Note:
+    """A notification on its way: its event, tries so far, and when it was recorded."""
+
+    __slots__ = ("attempts", "created_at", "event", "id")
+
+    def __init__(self, nid: int, event: StoredEvent, attempts: int = 0, created_at: int = 0) -> None:
+        self.id = nid
+        self.event = event
+        self.attempts = attempts
+        self.created_at = created_at
+
+
+class Gone(Exception):
+    """Delivery ends the subscription (``410 Gone``, or an error answer when not reliable)."""
+
+
+def failed_items(answer: object, n: int) -> set[int]:
+    """Indexes the subscriber answered ``Err`` for; a non-itemized 2xx confirms all."""
+    if not isinstance(answer, list) or len(answer) != n:
+        return set()
+    return {i for i, item in enumerate(answer) if isinstance(item, dict) and "Err" in item}
+
+
+def _by_event(notes: list[Note]) -> list[Note]:
+    # seq is the log's order: event-id order within a namespace, publish order across them.
+    return sorted(notes, key=lambda n: (n.event.seq, n.id))
+
+
+class Worker:
+    def __init__(self, d: Delivery, sub: SubscriptionRecord) -> None:
+        self.d = d
+        self.sub = sub
+        self.scan = sub.cursor
+        """Seq of the last event considered; ahead of the stored cursor while events are
+        being filtered out, since only a batch that is sent moves the stored one."""
+        self.started = False
+        """Set when a stopped subscription is started: it resumes after ``resume_at``, the
+        end of the log when it was started."""
+        self.resume_at = 0
+        self.parked = False
+        """Stopped with notifications left pending in the store: they are pushed again
+        (``_resend_stored``) before anything else when the subscription is started."""
+        self.wakeup = asyncio.Event()
+        # oneshot mode: notifications pushed and awaiting icrc72_confirm_notifications.
+        self.unconfirmed: dict[int, tuple[Note, float]] = {}
+        self.redriven: list[PendingNotification] = []
+        self.settling: set[asyncio.Task[None]] = set()
+        self.routed: list[tuple[int, StoredEvent]] = []
+        """Notifications opened at append (``routing``), to push next."""
+        self.generation = 0
+        """Counts restarts after failures (``run``)."""
+
+    def confirmed(self, nid: int) -> None:
+        self.unconfirmed.pop(nid, None)
+
+    async def run(self) -> None:
+        """Deliver until the subscription is deleted or ended, surviving failures.
+
+        An unexpected error (the store refusing a write, say) must not stop this
+        subscription for good, nor, through the task group, every other one while
+        publishes are still accepted: the worker logs it, backs off, and starts again
+        from what the store holds (its cursor and its pending notifications)."""
+        failures = 0
+        while True:
+            try:
+                await self._run()
+                return
+            except Exception:  # CancelledError is not an Exception: shutdown still works
+                self.generation += 1  # routes planned before this no longer move ``scan``
+                failures += 1
+                delay = min(30.0, 0.25 * 2 ** min(failures, 7))
+                self.d.metrics.worker_restarts += 1
+                log.exception("subscription %s: delivery failed; restarting in %.2f s", self.sub.id, delay)
+                await self.d.sleep(delay)
+                stored = [r for r in await self.d.store.list_subscriptions(self.sub.namespace) if r.id == self.sub.id]
+                if not stored:
+                    return
+                # Back to what is stored: what was read but not opened is read again. (An
+                # event routed meanwhile may then be sent twice: at least once, still.)
+                self.sub.cursor = self.scan = stored[0].cursor
+                self.unconfirmed.clear()  # still pending in the store: sent again by _resend_stored
+                self.routed.clear()  # likewise
+
+    async def _run(self) -> None:
+        s = self.d.settings
+        registry = self.d.registry
+        try:
+            await self._resend_stored()
+            while True:
+                conf = registry.sub_configs.get(self.sub.id)
+                if conf is None:  # deleted
+                    return
+                if conf.stopped:
+                    self._park()
+                    await self._idle()
+                    continue
+                if self.parked:
+                    self.parked = False
+                    await self.settled()  # what was confirmed meanwhile is not sent again
+                    await self._resend_stored()
+                    continue
+                await self._resend_redriven()
+                await self._resend_overdue()
+                if self.routed:
+                    batch, self.routed = self.routed[:s.delivery_batch_size], self.routed[s.delivery_batch_size:]
+                    now = self.d.now_ns()
+                    await self.deliver([Note(i, e, 0, now) for i, e in batch])
+                    continue
+                if self.started:
+                    # Events that passed while stopped are not delivered (a replay can
+                    # fetch them): resume at the end of the log.
+                    self.started = False
+                    self.scan = max(self.scan, self.resume_at)
+                    await self.d.store.move_cursor(self.sub.id, self.scan)
+                events = await self._next(s.delivery_batch_size)
+                if not events:
+                    await self._idle()
+                    continue
+                if s.delivery_linger_ms > 0 and len(events) < s.delivery_batch_size:
+                    await self.d.sleep(s.delivery_linger_ms / 1000)
+                    more = await self._next(s.delivery_batch_size - len(events), after=events[-1].seq)
+                    events = events + more
+                last = events[-1].seq
+                subscriber = self.sub.subscriber
+                passing = [
+                    e for e in events
+                    if registry.subscriber_allowed(e.namespace, subscriber, e.seq)
+                    and conf.passes(e.id, self.d.data_of(e))
+                ]
+                if not passing:
+                    self.scan = max(self.scan, last)
+                    continue
+                ids = await self.d.store.open_notifications(
+                    self.sub.id, passing, last, event_stats(self.sub, passing, "notifications")
+                )
+                if not ids:  # the subscription was deleted under us
+                    return
+                self.d.note_issued(ids)
+                self.scan = max(self.scan, last)
+                now = self.d.now_ns()
+                await self.deliver([Note(i, e, 0, now) for i, e in zip(ids, passing, strict=True)])
+        except Gone as gone:
+            await self.d.ended(self.sub.id, str(gone))
+
+    def _stopped(self) -> bool:
+        conf = self.d.registry.sub_configs.get(self.sub.id)
+        return conf is not None and conf.stopped
+
+    def _park(self) -> None:
+        """Stopped: forget what is queued in memory. All of it is pending in the store
+        (routed and redriven notifications, pushes awaiting confirmation), and is pushed
+        again from there, in order, when the subscription is started."""
+        if self.routed or self.unconfirmed or self.redriven:
+            self.parked = True
+        self.routed.clear()
+        self.unconfirmed.clear()
+        self.redriven.clear()
+
+    async def _idle(self) -> None:
+        timeout = None
+        if self.unconfirmed and not self._stopped():
+            oldest = min(t for _, t in self.unconfirmed.values())
+            timeout = max(0.0, oldest + self._ack_deadline(oneshot=True) - self.d.monotonic())
+        self.wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.wakeup.wait()
+
+    async def _next(self, limit: int, after: int | None = None) -> list[StoredEvent]:
+        pos = self.scan if after is None else after
+        ns = self.d.registry.namespaces_for(self.sub)
+        if not ns:
+            return []
+        events = self.d.tail.read_after(pos, ns, limit)
+        if events is None:
+            head = self.d.tail.head
+            # Nothing past the tail's head: those events may be routed to this worker at
+            # append and handed over only after their commit (``routing``).
+            events = [e for e in await self.d.store.read_after(pos, ns, limit) if e.seq <= head]
+            if len(events) < limit and after is None:
+                # Everything of ours up to the head we knew of is read: skip ahead so the
+                # next look is served by the tail again.
+                self.scan = max(self.scan, head)
+        return events
+
+    async def _resend_stored(self) -> None:
+        await self._resend(await self.d.store.pending(self.sub.id))
+
+    async def _resend(self, pending: Sequence[PendingNotification]) -> None:
+        size = self.d.settings.delivery_batch_size
+        ordered = sorted(pending, key=lambda p: (p.seq, p.id))
+        for i in range(0, len(ordered), size):
+            if self._stopped():
+                self.parked = True  # the rest stays pending in the store
+                return
+            chunk = ordered[i : i + size]
+            events = await self.d.events_of(chunk)
+            notes = [Note(p.id, events[p.id], p.attempts, p.created_at) for p in chunk if p.id in events]
+            await self.deliver(await self._expire(notes, None))
+
+    async def _resend_redriven(self) -> None:
+        while self.redriven:
+            batch, self.redriven = self.redriven, []
+            await self._resend(batch)
+
+    async def _resend_overdue(self) -> None:
+        if not self.unconfirmed:
+            return
+        deadline = self.d.monotonic() - self._ack_deadline(oneshot=True)
+        if not any(t <= deadline for _, t in self.unconfirmed.values()):
+            return
+        # A confirmation that came while its push was still open found nothing to clear
+        # in ``unconfirmed``: ask the store what is still pending before sending again.
+        waiting = [n for n, _ in self.unconfirmed.values()]
+        pending = {p.id for p in await self.d.store.get_notifications([n.id for n in waiting])}
+        for n in waiting:
+            if n.id not in pending:
+                self.unconfirmed.pop(n.id, None)
+        waiting = _by_event([n for n in waiting if n.id in pending])
+        overdue = [n for n in waiting if self.unconfirmed[n.id][1] <= deadline]
+        if not overdue:
+            return
+        # Order per subscription holds across re-pushes: the earliest overdue notification
+        # is pushed again together with every unconfirmed one after it, in event order (as
+        # Pub/Sub's ordered delivery does), so the subscriber never sees a later event's
+        # re-push before an earlier one's.
+        first = waiting.index(overdue[0])
+        again = waiting[first:]
+        for n in again:
+            self.unconfirmed.pop(n.id, None)
+        await self._count_failed(again)
+        self.d.metrics.notifications_retried += len(again)
+        again = await self._expire(again, "not confirmed within the ack deadline")
+        size = self.d.settings.delivery_batch_size
+        for i in range(0, len(again), size):
+            await self.deliver(again[i : i + size])
+
+    def _conf(self) -> SubscriptionConfig:
+        return self.d.registry.sub_configs.get(self.sub.id) or SubscriptionConfig()
+
+    def _ack_deadline(self, *, oneshot: bool) -> float:
+        s = self.d.settings
+        own = self._conf().ack_deadline_s
+        return own if own is not None else (s.ack_deadline_s if oneshot else s.push_timeout_s)
+
+    def _backoff(self) -> Backoff:
+        s, c = self.d.settings, self._conf()
+        return Backoff(
+            c.retry_initial_s if c.retry_initial_s is not None else s.retry_initial_s,
+            c.retry_max_s if c.retry_max_s is not None else s.retry_max_s,
+        )
+
+    def _max_age_ns(self) -> float:
+        c = self._conf()
+        return (c.max_age_s if c.max_age_s is not None else self.d.settings.max_age_s) * 1e9
+
+    async def _expire(self, notes: list[Note], failure: str | None) -> list[Note]:
+        """Dead-letter the notes past their age limit, and, after a failed try
+        (``failure`` says what failed), those past their attempt limit; return the others."""
+        s, c = self.d.settings, self._conf()
+        max_attempts = c.max_attempts or s.max_attempts
+        oldest = self.d.now_ns() - self._max_age_ns()
+        aged = [n for n in notes if n.created_at <= oldest]
+        tried = [n for n in notes if failure is not None and n.created_at > oldest and n.attempts >= max_attempts]
+        if aged:
+            await self._dead_letter(aged, MAX_AGE, failure or "not confirmed in time")
+        if tried:
+            await self._dead_letter(tried, ATTEMPTS_EXHAUSTED, failure or "")
+        gone = {n.id for n in aged} | {n.id for n in tried}
+        return [n for n in notes if n.id not in gone]
+
+    async def _count_failed(self, notes: list[Note]) -> None:
+        await self.d.store.count_attempt(
+            [n.id for n in notes], event_stats(self.sub, [n.event for n in notes], "retries", prefix="tidings")
+        )
+
+    async def _dead_letter(self, notes: list[Note], reason: str, detail: str) -> None:
+        now = self.d.now_ns()
+        sub = self.sub
+        letters = [
+            DeadLetter(id=n.id, subscription_id=sub.id, subscriber=sub.subscriber, seq=n.event.seq,
+                       namespace=n.event.namespace, event_id=n.event.id, attempts=n.attempts, reason=reason,
+                       dead_at=now)
+            for n in notes
+        ]
+        stats = event_stats(sub, [n.event for n in notes], "deadLetters", prefix="tidings")
+        moved = await self.d.store.dead_letter(letters, stats)
+        self.d.metrics.notifications_dead_lettered += len(moved)
+        log.warning("subscription %s: %d notification(s) dead-lettered (%s): %s", sub.id, len(moved), reason, detail)
+
+    async def deliver(self, batch: list[Note]) -> None:
+        """Push until the endpoint takes the batch, or the notifications are given up on.
+
+        Reliable subscriptions retry error answers and failures with back-off, within the
+        attempt and age limits, then dead-letter. A subscription that is not reliable
+        ends (or, configured so, dead-letters) on an error answer; a push that got no
+        answer at all is retried either way. Back-pressure only delays the next push.
+        Nothing is pushed once the subscription is stopped: the rest stays pending.
+        """
+        failures = 0
+        metrics = self.d.metrics
+        while batch:
+            if self._stopped():
+                self.parked = True
+                return
+            outcome, answer, reason, retry_after = await self.d.post(self.sub, batch, self._conf())
+            if outcome is Outcome.GONE:
+                raise Gone(reason)
+            if outcome is Outcome.BACK_PRESSURE and retry_after is not None:
+                # Not a failed try: neither an attempt nor an error answer (docs/delivery.md).
+                metrics.notifications_deferred += len(batch)
+                await self.d.sleep(self._backoff().pressure_delay(retry_after, self.d.settings.retry_after_max_s))
+                batch = await self._expire(batch, None)
+                continue
+            for n in batch:
+                n.attempts += 1
+            if failures:
+                metrics.notifications_retried += len(batch)
+            conf = self._conf()
+            if outcome is Outcome.ACK:
+                if self.sub.mode == "oneshot":
+                    metrics.notifications_sent += len(batch)
+                    now = self.d.monotonic()
+                    for n in batch:
+                        self.unconfirmed[n.id] = (n, now)
+                    return
+                failed = failed_items(answer, len(batch))
+                done = [n for i, n in enumerate(batch) if i not in failed]
+                metrics.notifications_sent += len(done)
+                if done:
+                    self._settle(done)
+                batch = [n for i, n in enumerate(batch) if i in failed]
+                if not batch:
+                    return
+                outcome, reason = Outcome.ERROR_ANSWER, "the endpoint answered Err"
+            if outcome is Outcome.ERROR_ANSWER and not conf.reliable:
+                if conf.on_error == "deadletter":
+                    await self._dead_letter(batch, ERROR_ANSWER, reason)
+                    return
+                raise Gone(f"{reason}; not reliable: unsubscribed (XEP-0021 3.5)")
+            await self._count_failed(batch)
+            batch = await self._expire(batch, reason)
+            if batch:
+                failures += 1
+                await self.d.sleep(self._backoff().delay(failures, self.d.random()))
+
+    def _settle(self, done: list[Note]) -> None:
+        """Settle confirmed notifications without holding up the next push.
+
+        The next batch of this subscription would otherwise wait for this commit, adding
+        a commit to the latency of every event that arrives meanwhile. The writer runs
+        jobs in the order queued, so nothing reads a state older than what was pushed;
+        a settle lost to a crash leaves the notifications pending, to be sent again."""
+        tg = self.d.task_group
+        if tg is None:  # shutting down: the notifications stay pending
+            return
+        task = tg.create_task(self._settle_now(done))
+        self.settling.add(task)
+        task.add_done_callback(self.settling.discard)
+
+    async def _settle_now(self, done: list[Note]) -> None:
+        try:
+            settled = set(await self.d.store.settle_notifications(
+                [n.id for n in done], per_notification_stats(self.sub, done, "confirmations")
+            ))
+        except Exception:  # they stay pending and are sent again; never fail the task group
+            log.exception("subscription %s: settling %d notification(s) failed", self.sub.id, len(done))
+            return
+        now = self.d.now_ns()
+        # A replayed event's age is not a delivery latency (docs/replay.md).
+        self.d.metrics.confirmed(
+            (now - n.event.timestamp) / 1e9 for n in done
+            if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
+        )
+
+    async def settled(self) -> None:
+        """Wait until the confirmations of what was pushed so far are stored."""
+        while self.settling:
+            await asyncio.gather(*self.settling, return_exceptions=True)

@@ -1,0 +1,226 @@
+"""Delivery rules end to end (docs/delivery.md): back-pressure, per-subscription timings on
+every path, stopped subscriptions, order of re-pushes.
+
+The real server process, real endpoints on 127.0.0.1. Timings are short per subscription
+and every check waits for its condition with a generous deadline, so a loaded machine
+makes the tests slower, not red.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from .conftest import ServerProcess, eventually, read_body, respond
+from .test_e2e_guarantees import (
+    CONFIRMATIONS,
+    DEAD_LETTERS,
+    MAX_AGE_MS,
+    MAX_ATTEMPTS,
+    RETRIES,
+    Env,
+    Hook,
+    Push,
+    hooked,
+    letters,
+    quiet,
+)
+
+pytestmark = pytest.mark.e2e
+
+ACK_DEADLINE_MS = "tidings:subscription:ackDeadlineMs"
+
+
+class HoldingHook(Hook):
+    """A ``Hook`` that can hold its answer to the next ``hold[sub]`` pushes of a subscription
+    for ``hold_s`` seconds (past the push deadline: the push gets no answer in time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: dict[int, int] = {}
+        self.hold_s = 0.0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = json.loads(await read_body(receive))
+        sub = int(dict(scope["headers"])[b"x-tidings-subscription"])
+        held = self.hold.get(sub, 0) > 0
+        self.pushes.append(Push(
+            sub, time.monotonic(), time.time_ns(), [n["id"] for n in body], [n["eventId"] for n in body],
+            [n["namespace"] for n in body], 0 if held else 200,
+        ))
+        if held:
+            self.hold[sub] -= 1
+            await asyncio.sleep(self.hold_s)
+        await respond(send, 200)
+
+
+@pytest.fixture
+async def env(server_factory: Callable[..., ServerProcess]) -> AsyncIterator[Env]:
+    # Long service defaults, so that only a subscription's own timings can explain what happens.
+    server = server_factory(retry_initial_s="0.02", retry_max_s="0.1", max_attempts="3", ack_deadline_s="30")
+    e = Env(server)
+    yield e
+    await e.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- 1. back-pressure -------------------------------------------------------------------------
+
+
+async def test_back_pressure_delays_and_never_ends_or_counts(env: Env, endpoints: Any) -> None:
+    ns = "com.example.pressure"
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob = env.sub("bob")
+    unreliable = (await env.register(
+        "bob", namespace=ns, endpoint=ep.url, reliable=False, config=[[MAX_ATTEMPTS, {"Nat": 1}]]
+    ))["Ok"]
+    reliable = await bob.subscribe(ns, ep.url, config={MAX_ATTEMPTS: 1})
+    for s in (unreliable, reliable):
+        hook.script[s].append((429, {"Retry-After": "1"}))
+        # An HTTP date, about a second ahead when it is read.
+        hook.script[s].append((503, {"Retry-After": email.utils.formatdate(time.time() + 2.5, usegmt=True)}))
+
+    e1 = await alice.publish(ns, 1)
+    for s in (unreliable, reliable):
+        await eventually(lambda s=s: hook.delivered(s) == [e1], timeout=20)
+
+        async def confirmed(s: int = s) -> bool:
+            return (await env.sub_stats(s))[CONFIRMATIONS] == 1
+
+        await eventually(confirmed)
+        first, second, third = hook.of(s)
+        assert first.ids == second.ids == third.ids
+        assert second.at - first.at >= 0.8  # waited what it was asked to
+        stats = await env.sub_stats(s)
+        # Not a failed try: no retry counted, no attempt used up (maxAttempts is 1).
+        assert (stats[RETRIES], stats[DEAD_LETTERS]) == (0, 0)
+    assert await env.subscription_ids() == {unreliable, reliable}
+    assert await bob.dead_letters() == []
+    m, _ = await env.metrics()
+    assert m["tidings_notifications_deferred_total"] == 4
+
+
+# -- 2. per-subscription timings on every path --------------------------------------------------
+
+
+async def test_own_ack_deadline_governs_oneshot_redelivery(env: Env, endpoints: Any) -> None:
+    """Shorter than the service's 30 s: re-pushed after the subscription's own deadline;
+    its own maximum age dead-letters it. Longer: not re-pushed early, and the worker
+    waits for it quietly (no busy loop)."""
+    ns = "com.example.deadline"
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob1 = env.sub("bob", "oneshot")
+    short = await bob1.subscribe(ns, ep.url, config={ACK_DEADLINE_MS: 300, MAX_AGE_MS: 2500, MAX_ATTEMPTS: 1000})
+    e1 = await alice.publish(ns, 1)
+    await eventually(lambda: len(hook.of(short)) >= 3, timeout=20)  # never confirmed: pushed again
+    assert {tuple(p.event_ids) for p in hook.of(short)} == {(e1,)}
+    (letter,) = await letters(bob1, 1, short)
+    assert (letter.eventId, letter.reason) == (e1, "max_age")
+
+    await env.api("icrc72_delete_subscription", [short], as_="bob")
+    server = env.server  # again, with a short default deadline
+    server.env["TIDINGS_ACK_DEADLINE_S"] = "0.2"
+    await asyncio.to_thread(server.restart)
+    long = await bob1.subscribe(ns, ep.url, config={ACK_DEADLINE_MS: 4000})
+    before = len(hook.of(long))
+    e2 = await alice.publish(ns, 2)
+    await eventually(lambda: len(hook.of(long)) == before + 1)
+    assert server.proc is not None
+    cpu = cpu_seconds(server.proc.pid)
+    await asyncio.sleep(2.0)
+    assert len(hook.of(long)) == before + 1  # not at the service's 0.2 s
+    assert cpu_seconds(server.proc.pid) - cpu < 0.5  # and not spinning while it waits
+    await eventually(lambda: len(hook.of(long)) >= before + 2, timeout=20)
+    assert hook.of(long)[-1].event_ids == [e2]
+
+
+# -- 3. stopped subscriptions -------------------------------------------------------------------
+
+
+async def test_a_stopped_subscription_receives_nothing_retries_included(env: Env, endpoints: Any) -> None:
+    ns = "com.example.stopped"
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob")
+    bob, bob1 = env.sub("bob"), env.sub("bob", "oneshot")
+    failing = await bob.subscribe(ns, ep.url, config={MAX_ATTEMPTS: 100_000})
+    waiting = await bob1.subscribe(ns, ep.url, config={ACK_DEADLINE_MS: 300, MAX_ATTEMPTS: 100_000})
+    hook.status[failing] = 500
+    events = [await alice.publish(ns, i) for i in range(3)]
+    await eventually(lambda: len(hook.of(failing)) >= 3 and len(hook.of(waiting)) >= 2, timeout=20)
+    for s in (failing, waiting):
+        await bob.stop(s)
+    await quiet(1.0)  # a push already on its way may still land
+    counts = {s: len(hook.of(s)) for s in (failing, waiting)}
+    await asyncio.sleep(2.0)  # retries every 0.1 s, ack deadline 0.3 s: many chances
+    assert {s: len(hook.of(s)) for s in (failing, waiting)} == counts
+
+    # Started again: what was pending is pushed, in order, before anything new.
+    hook.status[failing] = 200
+    for s in (failing, waiting):
+        await bob.start(s)
+    for s in (failing, waiting):
+        def resumed(s: int = s) -> list[int]:
+            return [e for p in hook.of(s)[counts[s]:] for e in p.event_ids]
+
+        await eventually(lambda s=s: len(resumed(s)) >= len(events), timeout=20)
+        assert resumed(s)[: len(events)] == events, (s, resumed(s))
+    later = await alice.publish(ns, 9)
+    await eventually(lambda: hook.delivered(failing)[-1:] == [later], timeout=20)
+    ids = [i for p in hook.of(waiting) for i in p.ids]
+    await bob1.confirm(sorted(set(ids)))
+
+
+# -- 4. order of re-pushes ----------------------------------------------------------------------
+
+
+async def test_re_pushes_keep_event_order(env: Env, endpoints: Any) -> None:
+    """A oneshot subscription whose notifications come due while its worker is held up by
+    another push: what is re-pushed goes out in event order, the earliest first, with
+    every unconfirmed notification after it."""
+    ns = "com.example.order"
+    hook = HoldingHook()
+    ep = await endpoints(hook)
+    await env.principals("alice", "bob")
+    alice = env.pub("alice")
+    await alice.register_publication(ns)
+    bob1 = env.sub("bob", "oneshot")
+    deadline_s = 2.0
+    sub = await bob1.subscribe(ns, ep.url, config={ACK_DEADLINE_MS: int(deadline_s * 1000), MAX_ATTEMPTS: 1000})
+
+    e1 = await alice.publish(ns, 1)
+    await eventually(lambda: len(hook.of(sub)) == 1, timeout=20)
+    e2 = await alice.publish(ns, 2)  # pushed after e1 and before e1 is due
+    await eventually(lambda: len(hook.of(sub)) == 2, timeout=20)
+    await eventually(lambda: any(e1 in p.event_ids for p in hook.of(sub)[2:]), timeout=20)  # e1 came due
+    # The next push is held past its deadline twice: meanwhile e1 and e2 both come due.
+    hook.hold_s, hook.hold[sub] = deadline_s + 0.5, 2
+    e3 = await alice.publish(ns, 3)
+    await eventually(lambda: sum(e3 in p.event_ids for p in hook.of(sub)) >= 2, timeout=30)
+    await eventually(lambda: len(hook.of(sub)) >= 6, timeout=30)
+
+    seen: list[int] = []
+    for p in hook.of(sub):
+        assert p.event_ids == sorted(p.event_ids), [q.event_ids for q in hook.of(sub)]
+        again = [e for e in p.event_ids if e in seen]
+        if again:
+            # A re-push carries every notification after its first one that was pushed.
+            assert p.event_ids[: len(set(seen) & set(range(again[0], max(seen) + 1)))] == sorted(
+                {e for e in seen if e >= again[0]}
+            ), [q.event_ids for q in hook.of(sub)]
+        seen.extend(p.event_ids)
+    assert {e1, e2, e3} <= set(seen)
+    await bob1.confirm(sorted({i for p in hook.of(sub) for i in p.ids}))
