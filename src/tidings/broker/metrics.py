@@ -56,7 +56,8 @@ class Metrics:
             out.extend((f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name} {value}"))
 
         counter("tidings_events_published_total", "Events accepted and stored.", self.events_published)
-        counter("tidings_notifications_sent_total", "Notification pushes the endpoint took (2xx, not an itemized Err).", self.notifications_sent)
+        counter("tidings_notifications_sent_total", "Notification pushes the endpoint took (2xx, not an itemized Err).",
+                self.notifications_sent)
         counter("tidings_notifications_confirmed_total", "Notifications confirmed.", self.notifications_confirmed)
         counter("tidings_notifications_retried_total", "Notification pushes that repeated a failed or unconfirmed one.",
                 self.notifications_retried)
