@@ -108,13 +108,12 @@ class Broadcaster:
         bindings = self._bindings(namespaces, now)
         received = b'["icrc72:broadcaster:received",{"Nat":%d}],["icrc72:eventData:hash",{"Blob":"' % now
         # Asked once per namespace of the batch, not once per event.
-        allowed = {ns: self._orch.may_publish(caller.name, ns) for ns in namespaces}
+        refusals = {ns: self._orch.publish_refusal(caller.name, ns) for ns in namespaces}
         sha256, b64 = hashlib.sha256, base64.b64encode
         for i, e in enumerate(events):
-            if not allowed[e.namespace]:
-                results[i] = err(
-                    "Unauthorized", f"{caller.name} is not a registered publisher of {e.namespace!r}"
-                )
+            refusal = refusals[e.namespace]
+            if refusal is not None:
+                results[i] = err("Unauthorized", refusal)
                 continue
             if e.id is not None:
                 try:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from ..core import config as cfg
 from ..core import values, webhooks
-from ..core.namespaces import is_pattern, matcher, namespace_error, pattern_error
+from ..core.namespaces import is_catch_all, is_pattern, matcher, namespace_error, pattern_error
 from ..core.replay import read_pricing
 from ..core.wire import (
     BroadcasterInfo,
@@ -151,11 +151,21 @@ class Orchestrator:
             )
 
     def may_publish(self, principal: str, namespace: str) -> bool:
+        return self.publish_refusal(principal, namespace) is None
+
+    def publish_refusal(self, principal: str, namespace: str) -> str | None:
+        """Why ``principal`` may not publish to ``namespace`` (naming the list that refuses
+        it, if one does), or None if it may."""
         conf = self.pub_configs.get(namespace)
-        if conf is None or not conf.publisher_allowed(principal):
-            return False
+        if conf is None:
+            return f"no publication is registered for {namespace!r}"
+        refused_by = conf.publisher_refusal(principal)
+        if refused_by is not None:
+            return f"{principal} may not publish to {namespace!r}: refused by its {refused_by}"
         listed = conf.publishers_allowed is not None and principal in conf.publishers_allowed
-        return listed or principal in self.publishers.get(namespace, ())
+        if listed or principal in self.publishers.get(namespace, ()):
+            return None
+        return f"{principal} is not a registered publisher of {namespace!r}"
 
     def subscriber_allowed(self, namespace: str, principal: str, seq: int | None = None) -> bool:
         """Whether ``principal`` may subscribe to ``namespace`` now, or be sent the event
@@ -167,6 +177,11 @@ class Orchestrator:
                     conf = before
                     break
         return conf is not None and conf.subscriber_allowed(principal)
+
+    def subscriber_refusal(self, namespace: str, principal: str) -> str | None:
+        """The key of the publication's list that refuses ``principal`` as a subscriber now."""
+        conf = self.pub_configs.get(namespace)
+        return None if conf is None else conf.subscriber_refusal(principal)
 
     def namespaces_for(self, sub: SubscriptionRecord) -> list[str]:
         """The registered namespaces a subscription's namespace or pattern covers.
@@ -237,8 +252,11 @@ class Orchestrator:
                 continue
             # The creator owns the publication even when its lists do not let it publish
             # (an Err would claim the item took no effect); the lists still apply to publishing.
-            if not created and not self.pub_configs[reg.namespace].publisher_allowed(caller.name):
-                out.append(err("Unauthorized", f"{caller.name} may not publish to {reg.namespace!r}"))
+            refused_by = None if created else self.pub_configs[reg.namespace].publisher_refusal(caller.name)
+            if refused_by is not None:
+                out.append(err(
+                    "Unauthorized", f"{caller.name} may not publish to {reg.namespace!r}: refused by its {refused_by}"
+                ))
                 continue
             if await self._store.add_publisher(reg.namespace, caller.name):
                 self.publishers[reg.namespace].add(caller.name)
@@ -339,8 +357,17 @@ class Orchestrator:
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
-            if not is_pattern(reg.namespace) and not self.subscriber_allowed(reg.namespace, caller.name):
-                out.append(err("Unauthorized", f"{caller.name} may not subscribe to {reg.namespace!r}"))
+            if is_catch_all(reg.namespace) and not caller.admin:
+                out.append(err("Unauthorized", (
+                    f"the pattern {reg.namespace!r} names no segment, so it covers every namespace "
+                    "(of its depth): only an admin may subscribe with it"
+                )))
+                continue
+            refused_by = None if is_pattern(reg.namespace) else self.subscriber_refusal(reg.namespace, caller.name)
+            if refused_by is not None:
+                out.append(err(
+                    "Unauthorized", f"{caller.name} may not subscribe to {reg.namespace!r}: refused by its {refused_by}"
+                ))
                 continue
             config = [list(p) for p in reg.config]
             shortcuts: list[tuple[str, Any]] = []

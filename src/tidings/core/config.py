@@ -253,15 +253,28 @@ class PublicationConfig:
             schema,
         )
 
-    def publisher_allowed(self, principal: str) -> bool:
+    def publisher_refusal(self, principal: str) -> str | None:
+        """The key of the list that refuses ``principal`` as a publisher, or None. The
+        denied list is asked first: it wins over the allowed list."""
         if principal in self.publishers_disallowed:
-            return False
-        return self.publishers_allowed is None or principal in self.publishers_allowed
+            return PUBLISHERS_DISALLOWED
+        if self.publishers_allowed is not None and principal not in self.publishers_allowed:
+            return PUBLISHERS_ALLOWED
+        return None
+
+    def subscriber_refusal(self, principal: str) -> str | None:
+        """The key of the list that refuses ``principal`` as a subscriber, or None."""
+        if principal in self.subscribers_disallowed:
+            return SUBSCRIBERS_DISALLOWED
+        if self.subscribers_allowed is not None and principal not in self.subscribers_allowed:
+            return SUBSCRIBERS_ALLOWED
+        return None
+
+    def publisher_allowed(self, principal: str) -> bool:
+        return self.publisher_refusal(principal) is None
 
     def subscriber_allowed(self, principal: str) -> bool:
-        if principal in self.subscribers_disallowed:
-            return False
-        return self.subscribers_allowed is None or principal in self.subscribers_allowed
+        return self.subscriber_refusal(principal) is None
 
 
 def merge(pairs: Sequence[Sequence[Any]], changes: Iterable[Sequence[Any]]) -> list[list[Any]]:

@@ -1,15 +1,24 @@
-"""Namespace names and subscription patterns.
+"""Namespace names and subscription patterns: the one grammar (docs/semantics.md).
 
-A namespace is dot-separated segments of letters, digits, ``_``, ``-`` and ``:``, at most
-255 characters in all (``com.example.orders``).
+```
+namespace := name ( "." name )*               at most 255 characters
+pattern   := segment ( "." segment )* [ ".**" ]  |  "**"
+segment   := name | "*"
+name      := [A-Za-z0-9_:-]+                    ASCII only
+```
 
-A subscription may name a *pattern* instead: a namespace in which a segment is ``*``
-(exactly one segment) or the last segment is ``**`` (one or more segments):
+Nothing else is a namespace or a pattern: no empty segment, no whitespace or line end,
+no ``*`` inside a name (``ord*``), no ``**`` but as the last segment. ``*`` matches exactly
+one segment, a final ``**`` one or more:
 
 * ``com.example.orders.*`` matches ``com.example.orders.created``, not
   ``com.example.orders`` nor ``com.example.orders.eu.created``;
 * ``com.*.orders`` matches ``com.example.orders``;
 * ``com.example.**`` matches ``com.example.orders`` and ``com.example.orders.eu.created``.
+
+A pattern made only of wildcards (``*``, ``**``, ``*.*``, ``*.**``...) names no segment:
+it covers every namespace (of its depth, or at all). Such a *catch-all* pattern is
+grammatical, but only an admin may subscribe with one (:func:`is_catch_all`).
 """
 
 from __future__ import annotations
@@ -17,12 +26,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = ["MAX_NAMESPACE", "is_pattern", "matcher", "namespace_error", "pattern_error"]
+__all__ = ["MAX_NAMESPACE", "is_catch_all", "is_pattern", "matcher", "namespace_error", "pattern_error"]
 
 MAX_NAMESPACE = 255
 _SEGMENT = r"[A-Za-z0-9_:\-]+"
-_NAMESPACE = re.compile(rf"^{_SEGMENT}(\.{_SEGMENT})*$")
-_SEGMENT_RE = re.compile(rf"^{_SEGMENT}$")
+_NAMESPACE = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*", re.ASCII)
+_PATTERN = re.compile(rf"(?:{_SEGMENT}|\*)(?:\.(?:{_SEGMENT}|\*))*(?:\.\*\*)?|\*\*", re.ASCII)
 
 
 def namespace_error(ns: str) -> str | None:
@@ -31,7 +40,7 @@ def namespace_error(ns: str) -> str | None:
         return "a namespace must not be empty"
     if len(ns) > MAX_NAMESPACE:
         return f"a namespace has at most {MAX_NAMESPACE} characters"
-    if not _NAMESPACE.match(ns):
+    if not _NAMESPACE.fullmatch(ns):
         return f"invalid namespace {ns!r}: use dot-separated segments of letters, digits, '_', '-' and ':'"
     return None
 
@@ -46,18 +55,18 @@ def pattern_error(pattern: str) -> str | None:
         return namespace_error(pattern)
     if len(pattern) > MAX_NAMESPACE:
         return f"a namespace pattern has at most {MAX_NAMESPACE} characters"
-    segments = pattern.split(".")
-    for i, seg in enumerate(segments):
-        if seg == "*" or (seg == "**" and i == len(segments) - 1):
-            continue
-        if seg == "**":
-            return f"invalid pattern {pattern!r}: '**' may only be the last segment"
-        if not _SEGMENT_RE.match(seg):
-            return (
-                f"invalid pattern {pattern!r}: segments are names, '*' (one segment) "
-                "or a final '**' (one or more segments)"
-            )
+    if not _PATTERN.fullmatch(pattern):
+        return (
+            f"invalid pattern {pattern!r}: dot-separated segments, each a name, '*' (one segment) "
+            "or, last, '**' (one or more segments)"
+        )
     return None
+
+
+def is_catch_all(pattern: str) -> bool:
+    """Whether a valid pattern names no segment (only ``*`` and ``**``): it covers every
+    namespace, or every one of a depth."""
+    return is_pattern(pattern) and all(seg in ("*", "**") for seg in pattern.split("."))
 
 
 def matcher(pattern: str) -> Callable[[str], bool]:
@@ -72,5 +81,5 @@ def matcher(pattern: str) -> Callable[[str], bool]:
             parts.append(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
         else:
             parts.append(re.escape(seg))
-    rx = re.compile(r"\.".join(parts) + r"\Z")
-    return lambda ns: rx.match(ns) is not None
+    rx = re.compile(r"\.".join(parts), re.ASCII)
+    return lambda ns: rx.fullmatch(ns) is not None
