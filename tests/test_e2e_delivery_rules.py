@@ -224,3 +224,93 @@ async def test_re_pushes_keep_event_order(env: Env, endpoints: Any) -> None:
         seen.extend(p.event_ids)
     assert {e1, e2, e3} <= set(seen)
     await bob1.confirm(sorted({i for p in hook.of(sub) for i in p.ids}))
+
+
+# -- 7. namespace patterns and list refusals ---------------------------------------------------
+
+
+async def test_catch_all_patterns_need_an_admin_and_list_refusals_name_their_list(env: Env, endpoints: Any) -> None:
+    _, ep, _ = await hooked(env, endpoints, "com.example.lists", "bob", "carol", "dave")
+    for p in ("*", "**", "*.*", "*.**"):
+        r = await env.register("bob", namespace=p, endpoint=ep.url)
+        assert "Unauthorized" in r["Err"] and "only an admin" in r["Err"]["Unauthorized"], (p, r)
+        assert "Ok" in await env.register("admin", namespace=p, endpoint=ep.url), p
+    for p in ("com.*", "*.example.**", "com.example.**"):
+        assert "Ok" in await env.register("bob", namespace=p, endpoint=ep.url), p
+    for p in ("com.example\n", "com.**.x", "com.ex*", "com..example", " com", "com.éx"):
+        r = await env.register("bob", namespace=p, endpoint=ep.url)
+        assert "ImproperConfig" in r["Err"], (p, r)
+
+    lists = {
+        "icrc72:publication:subscribers:allowed:list": ["carol"],
+        "icrc72:publication:subscribers:disallowed:list": ["carol"],
+        "icrc72:publication:publishers:allowed:list": ["alice", "dave"],
+        "icrc72:publication:publishers:disallowed:list": ["dave"],
+    }
+    config = [[k, {"Array": [{"Text": v} for v in vs]}] for k, vs in lists.items()]
+    await env.api("icrc72_update_publication", [{"namespace": "com.example.lists", "config": config}], as_="alice")
+    refusals = {
+        "bob": "icrc72:publication:subscribers:allowed:list",  # not on it
+        "carol": "icrc72:publication:subscribers:disallowed:list",  # on both: the denied list wins
+    }
+    for who, key in refusals.items():
+        r = await env.register(who, namespace="com.example.lists", endpoint=ep.url)
+        assert key in r["Err"]["Unauthorized"], r
+    for who, key in {"bob": "icrc72:publication:publishers:allowed:list",
+                     "dave": "icrc72:publication:publishers:disallowed:list"}.items():
+        (r,) = await env.api("icrc72_register_publication", [{"namespace": "com.example.lists"}], as_=who)
+        assert key in r["Err"]["Unauthorized"], r
+        (r,) = await env.api("icrc72_publish", [{"namespace": "com.example.lists", "data": {"Nat": 1}}], as_=who)
+        assert key in r["Err"]["Unauthorized"], r
+
+
+# -- 5. confirming is the subscriber's own ----------------------------------------------------
+
+
+async def test_confirming_another_principals_notification_is_refused_item_by_item(
+    env: Env, endpoints: Any
+) -> None:
+    ns = "com.example.confirm"
+    hook, ep, alice = await hooked(env, endpoints, ns, "bob", "carol")
+    bob1, carol1 = env.sub("bob", "oneshot"), env.sub("carol", "oneshot")
+    bobs = await bob1.subscribe(ns, ep.url)
+    trusted = await env.sub("bob").subscribe(ns, ep.url)
+    carols = await carol1.subscribe(ns, ep.url)
+    await alice.publish_many(ns, [1, 2, 3])
+    await eventually(lambda: all(len(hook.delivered(s)) == 3 for s in (bobs, trusted, carols)), timeout=20)
+    mine = [i for p in hook.of(bobs) for i in p.ids]
+    confirmed_by_endpoint = [i for p in hook.of(trusted) for i in p.ids]
+    theirs = [i for p in hook.of(carols) for i in p.ids]
+
+    async def confirm(as_: str, ids: list[int]) -> list[tuple[str, str]]:
+        answer = await env.api("icrc72_confirm_notifications", ids, as_=as_)
+        if "allAccepted" in answer:
+            return [("Ok", "")] * len(ids)
+        out = []
+        for item, i in zip(answer["itemized"], ids, strict=True):
+            if "Ok" in item:
+                out.append(("Ok", ""))
+            else:
+                ((code, message),) = item["Err"].items()
+                out.append((code, message.replace(str(i), "<id>")))
+        return out
+
+    never = max(mine + theirs + confirmed_by_endpoint) + 1000
+    # carol: bob's pending, bob's confirmed by his endpoint, an id never issued, her own.
+    await eventually(lambda: _settled(env, trusted, 3))
+    answer = await confirm("carol", [mine[0], confirmed_by_endpoint[0], never, theirs[0]])
+    refusals = answer[:3]
+    assert {code for code, _ in refusals} == {"Unauthorized"}
+    assert len(set(refusals)) == 1, refusals  # one and the same refusal: nothing told apart
+    assert answer[3] == ("Ok", "")
+    # bob confirms his, twice (idempotent); carol is still refused, item by item.
+    assert await confirm("bob", mine + confirmed_by_endpoint) == [("Ok", "")] * 6
+    assert await confirm("bob", mine) == [("Ok", "")] * 3
+    assert await confirm("carol", [mine[1], theirs[1], mine[2]]) == [refusals[0], ("Ok", ""), refusals[0]]
+    assert await confirm("bob", [theirs[2]]) == [(refusals[0][0], refusals[0][1].replace("carol", "bob"))]
+    assert (await env.sub_stats(bobs))[CONFIRMATIONS] == 3
+    assert (await env.sub_stats(carols))[CONFIRMATIONS] == 2
+
+
+async def _settled(env: Env, sub: int, n: int) -> bool:
+    return (await env.sub_stats(sub))[CONFIRMATIONS] == n

@@ -137,13 +137,14 @@ async def test_oneshot_redelivery_and_confirmation(server: ServerProcess, endpoi
     assert {n["eventId"]: n["id"] for n in again} == first
     nids = [first[e] for e in sorted(first)]
 
-    # Someone else's notification is not theirs to confirm; an id never issued is not found.
+    # Someone else's notification is not theirs to confirm, refused like an id never issued
+    # (docs/delivery.md: the answer does not tell the two apart).
     answer = await api(server, "icrc72_confirm_notifications", [nids[0], 10**9], token=bob_token)
     assert list(answer) == ["itemized"]
-    assert [list(item["Err"]) for item in answer["itemized"]] == [["Unauthorized"], ["NotFound"]]
+    assert [list(item["Err"]) for item in answer["itemized"]] == [["Unauthorized"], ["Unauthorized"]]
     answer = await api(server, "icrc72_confirm_notifications", [nids[0], 10**9])
     assert [list(item) for item in answer["itemized"]] == [["Ok"], ["Err"]]
-    assert list(answer["itemized"][1]["Err"]) == ["NotFound"]
+    assert list(answer["itemized"][1]["Err"]) == ["Unauthorized"]
 
     # Confirm the rest, through the SDK and through the alias the draft also uses.
     confirmer = Subscriber(lambda n: None, url=server.url, token=server.admin_token, mode="oneshot")

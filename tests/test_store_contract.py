@@ -651,6 +651,21 @@ async def test_deliveries_record_each_outcome_with_what_it_settled(store: Store)
     # Paging, and the pending notification left has no record yet.
     assert [r.serial for r in await store.deliveries(after=1, limit=1)] == [2]
     assert [r.notification_id for r in await store.deliveries()] == [ids[0], ids[1], ids[1]]
+    # Who each was issued to, once no longer pending: confirmed, dropped; not the pending one.
+    assert await store.former_subscribers([ids[0], ids[1], ids[2], 99_999]) == {ids[0]: "carol", ids[1]: "carol"}
+
+
+async def test_former_subscribers_name_dead_letters_too(store: Store) -> None:
+    from tidings.store import DeadLetter
+
+    published = await store.append([ev("a", 1)])
+    s = await store.create_subscription(sub("a", subscriber="dan"))
+    (nid,) = await store.open_notifications(s.id, published, published[-1].seq)
+    assert await store.former_subscribers([nid]) == {}
+    letter = DeadLetter(id=nid, subscription_id=s.id, subscriber="dan", seq=published[0].seq, namespace="a",
+                        event_id=published[0].id, attempts=1, reason="max_age", dead_at=1)
+    assert await store.dead_letter([letter]) == [nid]
+    assert await store.former_subscribers([nid, nid]) == {nid: "dan"}
 
 
 async def test_deliveries_of_replayed_notifications_are_marked_and_keep_their_event(store: Store) -> None:

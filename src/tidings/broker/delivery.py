@@ -39,16 +39,16 @@ import msgspec
 from ..core.config import SubscriptionConfig
 from ..core.namespaces import is_pattern
 from ..core.retry import Outcome, classify, retry_after_seconds
-from ..core.wire import ConfirmResult, ItemResult, err, ok
+from ..core.wire import ConfirmResult
 from ..settings import Settings
 from ..store import (
     PendingNotification,
     PrincipalRecord,
-    Stat,
     Store,
     StoredEvent,
     SubscriptionRecord,
 )
+from . import confirmation
 from .accounting import event_stats
 from .metrics import Metrics
 from .orchestrator import Orchestrator
@@ -126,12 +126,10 @@ class Delivery:
         self.task_group: asyncio.TaskGroup | None = None
         self._session: aiohttp.ClientSession | None = None
         self._ready = asyncio.Event()
-        self._last_notification = 0
         self._router: Router | None = None
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
-        self._last_notification = await self.store.last_notification_id()
         timeout = aiohttp.ClientTimeout(total=self.settings.push_timeout_s)
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True)
         async with (
@@ -250,7 +248,6 @@ class Delivery:
             if w is None:
                 continue
             if r.ids:
-                self.note_issued(r.ids)
                 w.routed.extend(zip(r.ids, r.events, strict=True))
             if r.generation == w.generation:
                 w.scan = max(w.scan, r.cursor)
@@ -279,10 +276,6 @@ class Delivery:
                 w.redriven.append(n)
                 w.wakeup.set()
 
-    def note_issued(self, ids: Sequence[int]) -> None:
-        if ids:
-            self._last_notification = max(self._last_notification, ids[-1])
-
     async def events_of(self, notes: Sequence[PendingNotification]) -> dict[int, StoredEvent]:
         """Each notification's event, by notification id: a replayed one carries its own
         copy (with the replay headers; an archived event is not in the log any more)."""
@@ -300,7 +293,6 @@ class Delivery:
         w = self._workers.get(sub_id)
         if w is None:
             return False
-        self.note_issued([i for i, _ in notes])
         try:
             await w.deliver([Note(i, e, 0, created_at) for i, e in notes])
             await w.settled()  # a replay's progress counts confirmations: store them first
@@ -318,46 +310,11 @@ class Delivery:
     async def confirm(
         self, caller: PrincipalRecord, ids: Sequence[int], subscriptions: dict[int, SubscriptionRecord]
     ) -> ConfirmResult:
-        """``icrc72_confirm_notifications``: settle pending notifications of the caller's."""
-        pending = {p.id: p for p in await self.store.get_notifications(list(set(ids)))}
-        results: list[ItemResult | None] = []
-        mine: dict[int, PendingNotification] = {}
-        for i in ids:
-            p = pending.get(i)
-            if p is None:
-                if 0 < i <= self._last_notification:
-                    results.append(ok())  # already confirmed: confirming is idempotent
-                else:
-                    results.append(err("NotFound", f"no notification {i} was issued"))
-                continue
-            sub = subscriptions.get(p.subscription_id)
-            if sub is None or sub.subscriber != caller.name:
-                results.append(err("Unauthorized", f"notification {i} was not sent to {caller.name}"))
-                continue
-            mine[i] = p
-            results.append(ok())
-        if mine:
-            stats: dict[int, list[Stat]] = {}
-            for p in mine.values():
-                sub = subscriptions[p.subscription_id]
-                stats[p.id] = [
-                    Stat("subscription", str(sub.id), "icrc72:subscription:stats:confirmations"),
-                    Stat("subscriber", sub.subscriber, "icrc72:subscriber:stats:confirmations"),
-                    Stat("publication", p.namespace, "icrc72:publication:stats:confirmations"),
-                ]
-            settled = await self.store.settle_notifications(list(mine), stats)
-            now = self.now_ns()
-            events = {e.seq: e for e in await self.store.read_seqs([mine[i].seq for i in settled])}
-            self.metrics.confirmed(
-                (now - events[mine[i].seq].timestamp) / 1e9 for i in settled if mine[i].seq in events
-            )
-            for p in mine.values():
-                w = self._workers.get(p.subscription_id)
-                if w is not None:
-                    w.confirmed(p.id)
-        if all(r is not None and r.Ok is not msgspec.UNSET for r in results):
-            return ConfirmResult(allAccepted=None)
-        return ConfirmResult(itemized=results)
+        """``icrc72_confirm_notifications`` (``confirmation``)."""
+        return await confirmation.confirm(self, caller, ids, subscriptions)
+
+    def worker(self, sub_id: int) -> Worker | None:
+        return self._workers.get(sub_id)
 
     async def post(
         self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig

@@ -181,7 +181,6 @@ class Worker:
                 )
                 if not ids:  # the subscription was deleted under us
                     return
-                self.d.note_issued(ids)
                 self.scan = max(self.scan, last)
                 now = self.d.now_ns()
                 await self.deliver([Note(i, e, 0, now) for i, e in zip(ids, passing, strict=True)])

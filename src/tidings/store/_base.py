@@ -328,6 +328,11 @@ class Store(SchemaStore, ReplayStore, ABC):
         """The pending notifications among ``ids``."""
 
     @abstractmethod
+    async def former_subscribers(self, ids: Sequence[int]) -> dict[int, str]:
+        """The subscriber each of ``ids`` was issued to, for those no longer pending that a
+        delivery record (until trimmed) or a dead letter still names."""
+
+    @abstractmethod
     async def pending(self, subscription_id: int) -> list[PendingNotification]:
         """Pending notifications of a subscription, oldest first."""
 

@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     replay INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS deliveries_settled ON deliveries(settled_at);
+CREATE INDEX IF NOT EXISTS deliveries_notification ON deliveries(notification_id);
 """
 
 COLUMNS: Final = (

@@ -378,6 +378,12 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         self._check()
         return [self._notes[i] for i in sorted(set(ids)) if i in self._notes]
 
+    async def former_subscribers(self, ids: Sequence[int]) -> dict[int, str]:
+        wanted = set(ids)
+        out = {r.notification_id: r.subscriber for r in self._deliveries if r.notification_id in wanted}
+        out.update((i, self._dead[i].subscriber) for i in wanted if i in self._dead)
+        return out
+
     async def pending(self, subscription_id: int) -> list[PendingNotification]:
         self._check()
         return sorted((n for n in self._notes.values() if n.subscription_id == subscription_id), key=lambda n: n.id)

@@ -835,6 +835,21 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
 
         return await self._read(q)
 
+    async def former_subscribers(self, ids: Sequence[int]) -> dict[int, str]:
+        def q(c: sqlite3.Connection) -> dict[int, str]:
+            out: dict[int, str] = {}
+            todo = list(dict.fromkeys(ids))
+            for i in range(0, len(todo), 500):
+                chunk = todo[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                out.update(c.execute(
+                    f"SELECT notification_id, subscriber FROM deliveries WHERE notification_id IN ({marks})", chunk
+                ))
+                out.update(c.execute(f"SELECT id, subscriber FROM dead_letters WHERE id IN ({marks})", chunk))
+            return out
+
+        return await self._read(q)
+
     async def pending(self, subscription_id: int) -> list[PendingNotification]:
         def q(c: sqlite3.Connection) -> list[PendingNotification]:
             return [
