@@ -165,6 +165,7 @@ async def test_a_stopped_subscription_receives_nothing_retries_included(env: Env
         await bob.stop(s)
     await quiet(1.0)  # a push already on its way may still land
     counts = {s: len(hook.of(s)) for s in (failing, waiting)}
+    during = await alice.publish(ns, 5)  # published while stopped: never delivered
     await asyncio.sleep(2.0)  # retries every 0.1 s, ack deadline 0.3 s: many chances
     assert {s: len(hook.of(s)) for s in (failing, waiting)} == counts
 
@@ -180,6 +181,9 @@ async def test_a_stopped_subscription_receives_nothing_retries_included(env: Env
         assert resumed(s)[: len(events)] == events, (s, resumed(s))
     later = await alice.publish(ns, 9)
     await eventually(lambda: hook.delivered(failing)[-1:] == [later], timeout=20)
+    # Everything owed from before the stop (read or not yet), then what came after the start.
+    assert hook.delivered(failing) == [*events, later]
+    assert during not in {e for p in hook.of(waiting) for e in p.event_ids}
     ids = [i for p in hook.of(waiting) for i in p.ids]
     await bob1.confirm(sorted(set(ids)))
 

@@ -173,6 +173,10 @@ class Delivery:
         if w is not None:
             w.sub = sub
             self._index(w)
+            conf = self.registry.sub_configs.get(sub.id)
+            if conf is not None and conf.stopped and w.stopped_at is None:
+                # What was published up to now is still owed, read or not.
+                w.stopped_at = self.tail.head
             if started:
                 # Resume after what was published up to now, not up to when the worker
                 # gets to it (it may still be pushing an earlier batch).

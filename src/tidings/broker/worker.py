@@ -80,9 +80,14 @@ class Worker:
         """Seq of the last event considered; ahead of the stored cursor while events are
         being filtered out, since only a batch that is sent moves the stored one."""
         self.started = False
-        """Set when a stopped subscription is started: it resumes after ``resume_at``, the
-        end of the log when it was started."""
+        """Set when a stopped subscription is started, until the worker has skipped what
+        was published while it was stopped (``_skip_stopped``); routing leaves it alone."""
         self.resume_at = 0
+        """The end of the log when the subscription was started."""
+        self.stopped_at: int | None = None
+        """The end of the log when it was stopped: what came before is still delivered."""
+        self._skip: tuple[int, int] | None = None
+        """Events published while stopped, ``(stopped_at, resume_at]``: not delivered."""
         self.parked = False
         """Stopped with notifications left pending in the store: they are pushed again
         (``_resend_stored``) before anything else when the subscription is started."""
@@ -152,14 +157,17 @@ class Worker:
                     now = self.d.now_ns()
                     await self.deliver([Note(i, e, 0, now) for i, e in batch])
                     continue
-                if self.started:
-                    # Events that passed while stopped are not delivered (a replay can
-                    # fetch them): resume at the end of the log.
-                    self.started = False
-                    self.scan = max(self.scan, self.resume_at)
-                    await self.d.store.move_cursor(self.sub.id, self.scan)
+                if self.started and self._skip is None:
+                    # Events published while stopped are not delivered (a replay can fetch
+                    # them); those published before the stop and not read yet still are.
+                    start = self.stopped_at if self.stopped_at is not None else self.scan
+                    self._skip = (start, max(start, self.resume_at))
+                    self.stopped_at = None
+                await self._skip_stopped()
                 events = await self._next(s.delivery_batch_size)
                 if not events:
+                    if self._skip is not None and self.scan >= self._skip[0]:
+                        continue  # past the stop: _skip_stopped jumps over the rest
                     await self._idle()
                     continue
                 if s.delivery_linger_ms > 0 and len(events) < s.delivery_batch_size:
@@ -211,7 +219,27 @@ class Worker:
             async with asyncio.timeout(timeout):
                 await self.wakeup.wait()
 
+    async def _skip_stopped(self) -> None:
+        """Once everything up to the stop is read, jump over what was published while
+        stopped, and let routing serve the subscription again."""
+        if self._skip is None or self.scan < self._skip[0]:
+            return
+        self.scan = max(self.scan, self._skip[1])
+        self._skip = None
+        self.started = False
+        await self.d.store.move_cursor(self.sub.id, self.scan)
+
     async def _next(self, limit: int, after: int | None = None) -> list[StoredEvent]:
+        events = await self._read(limit, after)
+        if self._skip is not None and events:
+            lo, hi = self._skip
+            kept = [e for e in events if e.seq <= lo or e.seq > hi]
+            if not kept and after is None:
+                self.scan = max(self.scan, events[-1].seq)  # considered: all published while stopped
+            events = kept
+        return events
+
+    async def _read(self, limit: int, after: int | None = None) -> list[StoredEvent]:
         pos = self.scan if after is None else after
         ns = self.d.registry.namespaces_for(self.sub)
         if not ns:
