@@ -24,6 +24,8 @@ from .test_e2e_guarantees import (
     DEAD_LETTERS,
     MAX_AGE_MS,
     MAX_ATTEMPTS,
+    NOTIFICATIONS,
+    RECORDED,
     RETRIES,
     Env,
     Hook,
@@ -318,3 +320,81 @@ async def test_confirming_another_principals_notification_is_refused_item_by_ite
 
 async def _settled(env: Env, sub: int, n: int) -> bool:
     return (await env.sub_stats(sub))[CONFIRMATIONS] == n
+
+
+# -- 6. statistics and dead-letter reasons --------------------------------------------------------
+
+
+class ConfirmingHook(Hook):
+    """A ``Hook`` that, for the subscriptions in ``confirm_first``, confirms each push through
+    the API before it answers it (the subscriber's own call racing the push's answer)."""
+
+    def __init__(self, env: Env, who: str) -> None:
+        super().__init__()
+        self.env, self.who = env, who
+        self.confirm_first: set[int] = set()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = await read_body(receive)
+        sub = int(dict(scope["headers"])[b"x-tidings-subscription"])
+        if sub in self.confirm_first:
+            await self.env.api("icrc72_confirm_notifications", [n["id"] for n in json.loads(body)], as_=self.who)
+        sent = False
+
+        async def again() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await super().__call__(scope, again, send)
+
+
+async def test_statistics_count_sent_confirmed_retried_dead_lettered_exactly(env: Env, endpoints: Any) -> None:
+    ns = "com.example.exact"
+    await env.principals("alice", "bob")
+    hook = ConfirmingHook(env, "bob")
+    ep = await endpoints(hook)
+    alice = env.pub("alice")
+    await alice.register_publication(ns)
+    bob, bob1 = env.sub("bob"), env.sub("bob", "oneshot")
+    failing = await bob.subscribe(ns, ep.url, config={MAX_ATTEMPTS: 2})
+    racing = await bob1.subscribe(ns, ep.url)
+    late = await bob1.subscribe(ns, ep.url, config={ACK_DEADLINE_MS: 300, MAX_ATTEMPTS: 100})
+    hook.status[failing] = 500
+    hook.confirm_first.add(racing)
+
+    e1 = await alice.publish(ns, 1)
+    (letter,) = await letters(bob, 1, failing)
+    assert (letter.eventId, letter.reason, letter.attempts) == (e1, "attempts_exhausted", 2)
+    await eventually(lambda: len(hook.of(late)) >= 3, timeout=20)  # pushed again twice at least
+    await bob1.confirm(hook.of(late)[0].ids)
+    pushes_late = len(hook.of(late))
+
+    async def stats_of(s: int) -> dict[str, int]:
+        st = await env.sub_stats(s)
+        return {k: st[k] for k in (RECORDED, NOTIFICATIONS, CONFIRMATIONS, RETRIES, DEAD_LETTERS)}
+
+    want = {
+        # Never taken by its endpoint: recorded, not sent; one retry, then given up on.
+        failing: {RECORDED: 1, NOTIFICATIONS: 0, CONFIRMATIONS: 0, RETRIES: 1, DEAD_LETTERS: 1},
+        # Confirmed before its push was answered: sent once all the same.
+        racing: {RECORDED: 1, NOTIFICATIONS: 1, CONFIRMATIONS: 1, RETRIES: 0, DEAD_LETTERS: 0},
+    }
+    for s, w in want.items():
+        await eventually(lambda s=s, w=w: _equal(stats_of(s), w), timeout=20)
+    got = await stats_of(late)
+    assert got[NOTIFICATIONS] == 1 and got[CONFIRMATIONS] == 1  # sent once, however often pushed
+    assert got[RETRIES] in (pushes_late - 1, pushes_late)  # one more re-push may have been on its way
+    await quiet(1.0)
+    assert len(hook.of(late)) <= pushes_late + 1
+    assert (await stats_of(racing))[NOTIFICATIONS] == 1
+    m, _ = await env.metrics()
+    assert m["tidings_notifications_sent_total"] == sum(len(p.ids) for p in hook.pushes if p.status == 200)
+
+
+async def _equal(got: Any, want: dict[str, int]) -> bool:
+    return await got == want

@@ -41,7 +41,7 @@ def test_store_interface_methods() -> None:
         "create_subscription", "update_subscription", "delete_subscription", "list_subscriptions",
         "add_secret", "secrets",
         "append", "read_after", "read_seqs", "head", "open_notifications", "settle_notifications",
-        "get_notifications", "former_subscribers", "pending", "pending_counts", "last_notification_id",
+        "get_notifications", "former_subscribers", "mark_sent", "pending", "pending_counts", "last_notification_id",
         "count_attempt",
         "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters",
         "deliveries", "add_stats", "stats", "stat_keys",

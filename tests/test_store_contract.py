@@ -655,6 +655,48 @@ async def test_deliveries_record_each_outcome_with_what_it_settled(store: Store)
     assert await store.former_subscribers([ids[0], ids[1], ids[2], 99_999]) == {ids[0]: "carol", ids[1]: "carol"}
 
 
+async def test_a_notification_is_counted_as_sent_once(store: Store) -> None:
+    """``mark_sent`` and ``settle_notifications(sent_stats=...)`` count each notification
+    once between them, whichever comes first."""
+    published = await store.append([ev("a", 1), ev("a", 2), ev("a", 3)])
+    s = await store.create_subscription(sub("a", subscriber="erin"))
+    ids = await store.open_notifications(s.id, published, published[-1].seq)
+    sent = {i: [Stat("subscription", str(s.id), "sent")] for i in ids}
+    assert await store.mark_sent([ids[0], ids[0], 99_999], sent) == [ids[0]]
+    assert await store.mark_sent([ids[0]], sent) == []
+    assert await store.settle_notifications(ids[:2], None, sent) == ids[:2]  # ids[1] counted here
+    assert await store.mark_sent(ids[:2], sent) == []  # settled: nothing left to count
+    assert await store.mark_sent([ids[2]], sent) == [ids[2]]
+    assert await store.settle_notifications([ids[2]], None, sent) == [ids[2]]
+    assert (await store.stats("subscription", str(s.id)))["sent"] == 3
+
+
+async def test_sqlite_store_of_an_earlier_version_gets_the_sent_column(tmp_path: Path) -> None:
+    from tidings.store import SQLiteStore
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE notifications (id INTEGER PRIMARY KEY AUTOINCREMENT, subscription_id INTEGER NOT NULL, "
+        "seq INTEGER NOT NULL, namespace TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
+        "created_at INTEGER NOT NULL DEFAULT 0)"
+    )
+    conn.execute("INSERT INTO notifications(subscription_id, seq, namespace) VALUES (1, 1, 'a')")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        # Counted as sent when it was recorded, by the earlier version: not again.
+        assert await store.mark_sent([1]) == []
+        published = await store.append([ev("a", 1)])
+        s = await store.create_subscription(sub("a"))
+        (nid,) = await store.open_notifications(s.id, published, published[-1].seq)
+        assert await store.mark_sent([nid]) == [nid]
+    finally:
+        await store.close()
+
+
 async def test_former_subscribers_name_dead_letters_too(store: Store) -> None:
     from tidings.store import DeadLetter
 

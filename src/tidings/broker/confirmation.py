@@ -50,14 +50,20 @@ async def confirm(
         results.append(ok())  # confirming again is idempotent
     if mine:
         stats: dict[int, list[Stat]] = {}
+        sent: dict[int, list[Stat]] = {}
         for p in mine.values():
             sub = subscriptions[p.subscription_id]
-            stats[p.id] = [
-                Stat("subscription", str(sub.id), "icrc72:subscription:stats:confirmations"),
-                Stat("subscriber", sub.subscriber, "icrc72:subscriber:stats:confirmations"),
-                Stat("publication", p.namespace, "icrc72:publication:stats:confirmations"),
-            ]
-        settled = await d.store.settle_notifications(list(mine), stats)
+            stats[p.id], sent[p.id] = (
+                [
+                    Stat("subscription", str(sub.id), f"icrc72:subscription:stats:{name}"),
+                    Stat("subscriber", sub.subscriber, f"icrc72:subscriber:stats:{name}"),
+                    Stat("publication", p.namespace, f"icrc72:publication:stats:{name}"),
+                ]
+                for name in ("confirmations", "notifications")
+            )
+        # A notification confirmed before its push's answer was counted as sent is counted
+        # now (it evidently arrived); the store counts each once.
+        settled = await d.store.settle_notifications(list(mine), stats, sent)
         now = d.now_ns()
         events = {e.seq: e for e in await d.store.read_seqs([mine[i].seq for i in settled])}
         d.metrics.confirmed(

@@ -99,7 +99,8 @@ class Router:
                 except Exception:  # the worker's own path meets the same error and reports it
                     log.exception("subscription %s: routing at append failed", sub.id)
                     continue
-                stats = self._stats(sub, passing, "notifications") if passing else []
+                # Counted as recorded now, as sent when the endpoint takes them (worker).
+                stats = self._stats(sub, passing, "recorded", prefix="tidings") if passing else []
                 routes.append(RoutedTo(
                     subscription_id=sub.id, events=passing, cursor=evs[-1].seq, stats=stats, generation=w.generation,
                 ))

@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.config import SubscriptionConfig
 from ..core.retry import Backoff, Outcome
@@ -184,8 +184,10 @@ class Worker:
                 if not passing:
                     self.scan = max(self.scan, last)
                     continue
+                # Counted as recorded now, as sent when the endpoint takes them (``_settle``,
+                # ``_mark_sent``).
                 ids = await self.d.store.open_notifications(
-                    self.sub.id, passing, last, event_stats(self.sub, passing, "notifications")
+                    self.sub.id, passing, last, event_stats(self.sub, passing, "recorded", prefix="tidings")
                 )
                 if not ids:  # the subscription was deleted under us
                     return
@@ -301,9 +303,9 @@ class Worker:
         again = waiting[first:]
         for n in again:
             self.unconfirmed.pop(n.id, None)
-        await self._count_failed(again)
-        self.d.metrics.notifications_retried += len(again)
         again = await self._expire(again, "not confirmed within the ack deadline")
+        await self._count_retries(again)
+        self.d.metrics.notifications_retried += len(again)
         size = self.d.settings.delivery_batch_size
         for i in range(0, len(again), size):
             await self.deliver(again[i : i + size])
@@ -342,10 +344,13 @@ class Worker:
         gone = {n.id for n in aged} | {n.id for n in tried}
         return [n for n in notes if n.id not in gone]
 
-    async def _count_failed(self, notes: list[Note]) -> None:
-        await self.d.store.count_attempt(
-            [n.id for n in notes], event_stats(self.sub, [n.event for n in notes], "retries", prefix="tidings")
-        )
+    async def _count_retries(self, notes: list[Note]) -> None:
+        """Count a failed try of each of ``notes``, which are to be pushed again: a retry
+        each (one given up on instead is counted as dead-lettered, not retried)."""
+        if notes:
+            await self.d.store.count_attempt(
+                [n.id for n in notes], event_stats(self.sub, [n.event for n in notes], "retries", prefix="tidings")
+            )
 
     async def _dead_letter(self, notes: list[Note], reason: str, detail: str) -> None:
         now = self.d.now_ns()
@@ -393,6 +398,7 @@ class Worker:
             if outcome is Outcome.ACK:
                 if self.sub.mode == "oneshot":
                     metrics.notifications_sent += len(batch)
+                    self._background(self._mark_sent(batch))
                     now = self.d.monotonic()
                     for n in batch:
                         self.unconfirmed[n.id] = (n, now)
@@ -411,8 +417,8 @@ class Worker:
                     await self._dead_letter(batch, ERROR_ANSWER, reason)
                     return
                 raise Gone(f"{reason}; not reliable: unsubscribed (XEP-0021 3.5)")
-            await self._count_failed(batch)
             batch = await self._expire(batch, reason)
+            await self._count_retries(batch)
             if batch:
                 failures += 1
                 await self.d.sleep(self._backoff().delay(failures, self.d.random()))
@@ -424,17 +430,31 @@ class Worker:
         a commit to the latency of every event that arrives meanwhile. The writer runs
         jobs in the order queued, so nothing reads a state older than what was pushed;
         a settle lost to a crash leaves the notifications pending, to be sent again."""
+        self._background(self._settle_now(done))
+
+    def _background(self, job: Coroutine[Any, Any, None]) -> None:
+        """Run a store write beside the next push; ``settled`` waits for them."""
         tg = self.d.task_group
         if tg is None:  # shutting down: the notifications stay pending
+            job.close()
             return
-        task = tg.create_task(self._settle_now(done))
+        task = tg.create_task(job)
         self.settling.add(task)
         task.add_done_callback(self.settling.discard)
+
+    async def _mark_sent(self, batch: list[Note]) -> None:
+        """Count what a oneshot endpoint took as sent, once per notification."""
+        try:
+            stats = per_notification_stats(self.sub, batch, "notifications")
+            await self.d.store.mark_sent([n.id for n in batch], stats)
+        except Exception:  # counted when it is confirmed instead; never fail the task group
+            log.exception("subscription %s: counting %d notification(s) as sent failed", self.sub.id, len(batch))
 
     async def _settle_now(self, done: list[Note]) -> None:
         try:
             settled = set(await self.d.store.settle_notifications(
-                [n.id for n in done], per_notification_stats(self.sub, done, "confirmations")
+                [n.id for n in done], per_notification_stats(self.sub, done, "confirmations"),
+                per_notification_stats(self.sub, done, "notifications"),
             ))
         except Exception:  # they stay pending and are sent again; never fail the task group
             log.exception("subscription %s: settling %d notification(s) failed", self.sub.id, len(done))

@@ -316,12 +316,22 @@ class Store(SchemaStore, ReplayStore, ABC):
 
     @abstractmethod
     async def settle_notifications(
-        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None
+        self,
+        ids: Sequence[int],
+        stats: Mapping[int, Sequence[Stat]] | None = None,
+        sent_stats: Mapping[int, Sequence[Stat]] | None = None,
     ) -> list[int]:
         """Remove pending notifications (confirmed); return the ids that were pending.
 
         ``stats`` holds each notification's counter increments; only those of the ids
-        that were still pending are applied, so confirming twice counts once."""
+        that were still pending are applied, so confirming twice counts once.
+        ``sent_stats`` likewise, but only for those never marked sent (``mark_sent``): a
+        confirmed notification was delivered, and is counted as sent exactly once."""
+
+    @abstractmethod
+    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
+        """Mark pending notifications as delivered (the endpoint took them); return those
+        newly marked, and apply only their ``stats``: each is counted as sent once."""
 
     @abstractmethod
     async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:

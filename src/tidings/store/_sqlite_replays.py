@@ -195,7 +195,8 @@ class SQLiteReplayStore(ReplayStore):
             ids: list[int] = []
             for e in events:
                 cur = c.execute(
-                    "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
+                    "INSERT INTO notifications(subscription_id, seq, namespace, created_at, sent) "
+                    "VALUES (?, ?, ?, ?, 0)",
                     (subscription_id, e.seq, e.namespace, now),
                 )
                 ids.append(int(cur.lastrowid or 0))

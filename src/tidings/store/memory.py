@@ -95,6 +95,7 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         self._trimmed: set[int] = set()  # seqs retention has deleted
         self._last_ids: dict[str, int] = {}
         self._notes: dict[int, PendingNotification] = {}  # insertion order is id order
+        self._sent: set[int] = set()  # pending notifications the endpoint took (mark_sent)
         self._last_note_id = 0
         self._stats: dict[tuple[str, str, str], int] = {}
         self._dead: dict[int, DeadLetter] = {}
@@ -162,6 +163,7 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         for i in ids:
             del self._subs[i]
         self._notes = {i: n for i, n in self._notes.items() if n.subscription_id not in ids}
+        self._sent &= self._notes.keys()
         self._dead = {i: d for i, d in self._dead.items() if d.subscription_id not in ids}
         for i in ids:
             self._secrets.pop(i, None)
@@ -224,6 +226,7 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         self._check()
         self._subs.pop(subscription_id, None)
         self._notes = {i: n for i, n in self._notes.items() if n.subscription_id != subscription_id}
+        self._sent &= self._notes.keys()
         self._dead = {i: d for i, d in self._dead.items() if d.subscription_id != subscription_id}
         self._secrets.pop(subscription_id, None)
 
@@ -356,11 +359,24 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         self._apply_stats(agg)
         return [n.id for n in notes]
 
+    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
+        self._check()
+        per_id = stats or {}
+        marked = [i for i in dict.fromkeys(ids) if i in self._notes and i not in self._sent]
+        self._sent.update(marked)
+        self._apply_stats(_aggregate(s for i in marked for s in per_id.get(i, ())))
+        return marked
+
     async def settle_notifications(
-        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None
+        self,
+        ids: Sequence[int],
+        stats: Mapping[int, Sequence[Stat]] | None = None,
+        sent_stats: Mapping[int, Sequence[Stat]] | None = None,
     ) -> list[int]:
         self._check()
         per_id = stats or {}
+        per_sent = sent_stats or {}
+        unsent = [i for i in dict.fromkeys(ids) if i in self._notes and i not in self._sent]
         now = time.time_ns()
         records = [
             self._delivery(n, "confirmed", now, n.attempts + 1)
@@ -371,6 +387,8 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
             if self._notes.pop(i, None) is not None:
                 done.append(i)
         self._apply_stats(_aggregate(s for i in done for s in per_id.get(i, ())))
+        self._apply_stats(_aggregate(s for i in unsent for s in per_sent.get(i, ())))
+        self._sent.difference_update(done)
         self._keep(records)
         return done
 
@@ -418,6 +436,7 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         }
         moved = []
         for d in letters:
+            self._sent.discard(d.id)
             if self._notes.pop(d.id, None) is not None:
                 self._dead[d.id] = d
                 moved.append(d.id)

@@ -104,7 +104,8 @@ CREATE TABLE IF NOT EXISTS notifications (
     seq INTEGER NOT NULL,
     namespace TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
-    created_at INTEGER NOT NULL DEFAULT 0
+    created_at INTEGER NOT NULL DEFAULT 0,
+    sent INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS notifications_sub ON notifications(subscription_id, id);
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -212,6 +213,7 @@ class _Writer(threading.Thread):
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.executescript(_SCHEMA + SCHEMA_DDL + DELIVERIES_DDL + REPLAY_DDL)
+            _migrate(conn)
         except BaseException as e:  # reported to open()
             self.error = e
             self.ready.set()
@@ -334,7 +336,7 @@ def _insert_notifications(
     c: sqlite3.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int
 ) -> list[int]:
     c.executemany(
-        "INSERT INTO notifications(subscription_id, seq, namespace, created_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO notifications(subscription_id, seq, namespace, created_at, sent) VALUES (?, ?, ?, ?, 0)",
         [(subscription_id, e.seq, e.namespace, now) for e in events],
     )
     # One writer, AUTOINCREMENT: the rows just inserted took consecutive ids.
@@ -402,17 +404,26 @@ def _append_many(c: sqlite3.Connection, w: _Writer, group: list[_Append]) -> lis
     return outs
 
 
-def _delete_notifications(c: sqlite3.Connection, ids: Sequence[int]) -> list[int]:
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a store made by an earlier version up to this schema."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(notifications)")}
+    if "sent" not in columns:
+        # Earlier versions counted a notification as sent when it was recorded: the rows
+        # pending now were counted already.
+        conn.execute("ALTER TABLE notifications ADD COLUMN sent INTEGER NOT NULL DEFAULT 1")
+
+
+def _delete_notifications(c: sqlite3.Connection, ids: Sequence[int]) -> tuple[list[int], set[int]]:
     """Delete the pending notifications among ``ids``; return those that were pending, in
-    the order asked (an id asked twice counts once)."""
-    gone: set[int] = set()
+    the order asked (an id asked twice counts once), and those of them never marked sent."""
+    gone: dict[int, int] = {}
     todo = list(dict.fromkeys(ids))
     for k in range(0, len(todo), 500):
         chunk = todo[k : k + 500]
-        gone.update(r[0] for r in c.execute(
-            f"DELETE FROM notifications WHERE id IN ({','.join('?' * len(chunk))}) RETURNING id", chunk
+        gone.update(c.execute(
+            f"DELETE FROM notifications WHERE id IN ({','.join('?' * len(chunk))}) RETURNING id, sent", chunk
         ))
-    return [i for i in todo if i in gone]
+    return [i for i in todo if i in gone], {i for i, sent in gone.items() if not sent}
 
 
 def _settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
@@ -803,15 +814,37 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
         return await self._write(job)
 
     async def settle_notifications(
-        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None
+        self,
+        ids: Sequence[int],
+        stats: Mapping[int, Sequence[Stat]] | None = None,
+        sent_stats: Mapping[int, Sequence[Stat]] | None = None,
     ) -> list[int]:
-        per_id = stats or {}
+        per_id, per_sent = stats or {}, sent_stats or {}
 
         def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
             _deliveries.record_settled(c, ids, time.time_ns())
-            done = _delete_notifications(c, ids)
+            done, unsent = _delete_notifications(c, ids)
             _apply_stats(c, (s for i in done for s in per_id.get(i, ())))
+            _apply_stats(c, (s for i in unsent for s in per_sent.get(i, ())))
             return done
+
+        return await self._write(job)
+
+    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
+        per_id = stats or {}
+
+        def job(c: sqlite3.Connection, w: _Writer) -> list[int]:
+            marked: set[int] = set()
+            todo = list(dict.fromkeys(ids))
+            for k in range(0, len(todo), 500):
+                chunk = todo[k : k + 500]
+                marked.update(r[0] for r in c.execute(
+                    f"UPDATE notifications SET sent = 1 WHERE sent = 0 AND id IN ({','.join('?' * len(chunk))}) "
+                    "RETURNING id",
+                    chunk,
+                ))
+            _apply_stats(c, (s for i in marked for s in per_id.get(i, ())))
+            return [i for i in todo if i in marked]
 
         return await self._write(job)
 
@@ -938,8 +971,8 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
                     continue
                 c.execute("DELETE FROM dead_letters WHERE id = ?", (i,))
                 c.execute(
-                    "INSERT INTO notifications(id, subscription_id, seq, namespace, attempts, created_at) "
-                    "VALUES (?, ?, ?, ?, 0, ?)",
+                    "INSERT INTO notifications(id, subscription_id, seq, namespace, attempts, created_at, sent) "
+                    "VALUES (?, ?, ?, ?, 0, ?, 0)",
                     (i, row[0], row[1], row[2], now),
                 )
                 out.append(PendingNotification(
