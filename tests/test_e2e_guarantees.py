@@ -479,6 +479,12 @@ async def test_not_reliable_error_answer_ends_the_subscription(env: Env, endpoin
     assert len(hook.of(sub)) == 1  # not tried again
     stats = await env.subscriber_stats("bob")
     assert stats[ENDED] == 1 and stats[NOTES_ENDED] == 1
+    # What it still owed outlives it as a dead letter naming the cause, for bob to drop.
+    (letter,) = await bob.dead_letters()
+    assert (letter.subscription, letter.eventId, letter.reason, letter.attempts) == (sub, e1, "subscription_ended", 1)
+    assert await bob.dead_letters(sub) == [letter]
+    assert [code(r) for r in await bob.redrive([letter.id])] == ["NotFound"]  # nowhere to send it
+    assert [code(r) for r in await bob.drop_dead_letters([letter.id])] == ["Ok"]
     assert await bob.dead_letters() == []
 
     e2 = await alice.publish(ns, 2)
@@ -564,7 +570,11 @@ async def test_gone_ends_a_reliable_subscription(env: Env, endpoints: Any) -> No
     assert len(hook.of(sub)) == 1
     stats = await env.subscriber_stats("bob")
     assert stats[ENDED] == 1 and stats[NOTES_ENDED] == 1
-    assert await bob.dead_letters() == []
+    (letter,) = await bob.dead_letters()
+    assert (letter.subscription, letter.eventId, letter.reason, letter.attempts) == (sub, e1, "endpoint_gone", 1)
+    await env.principals("mallory")
+    assert await env.sub("mallory").dead_letters(sub) == []  # only its subscriber sees them
+    assert [code(r) for r in await env.sub("mallory").drop_dead_letters([letter.id])] == ["NotFound"]
     m, _ = await env.metrics()
     assert m["tidings_subscriptions_ended_total"] == 1
     e2 = await alice.publish(ns, 2)
@@ -726,7 +736,7 @@ async def test_metrics(env: Env, endpoints: Any) -> None:
         )
 
     await eventually(lambda: hook.delivered(ok) == events and hook.delivered(oneshot) == events)
-    await letters(bob, 3)
+    await letters(bob, 6)  # the failing subscription's, and those the 410 left (endpoint_gone)
     await eventually(lambda: hook.of(gone))
     # Sent: what the endpoints took (2xx); error answers and 410 are not sends.
     sent = sum(len(p.ids) for p in hook.pushes if 200 <= p.status < 300)
@@ -735,7 +745,7 @@ async def test_metrics(env: Env, endpoints: Any) -> None:
         "tidings_notifications_sent_total": sent,
         "tidings_notifications_confirmed_total": 3,  # the trusted subscription's
         "tidings_notifications_retried_total": hook.notifications_pushed(failing) - 3,
-        "tidings_notifications_dead_lettered_total": 3,
+        "tidings_notifications_dead_lettered_total": 6,
         "tidings_subscriptions_ended_total": 1,
         "tidings_delivery_latency_seconds_count": 3,
     }

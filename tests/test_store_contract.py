@@ -697,6 +697,28 @@ async def test_sqlite_store_of_an_earlier_version_gets_the_sent_column(tmp_path:
         await store.close()
 
 
+async def test_dead_letters_may_outlive_their_subscription(store: Store) -> None:
+    from tidings.store import DeadLetter
+
+    published = await store.append([ev("a", 1), ev("a", 2)])
+    ended = await store.create_subscription(sub("a", subscriber="fay"))
+    deleted = await store.create_subscription(sub("a", subscriber="fay"))
+    live = await store.create_subscription(sub("a", subscriber="gus"))
+    letters = []
+    for s in (ended, deleted, live):
+        (nid,) = await store.open_notifications(s.id, published[:1], published[0].seq)
+        letters.append(DeadLetter(id=nid, subscription_id=s.id, subscriber=s.subscriber, seq=published[0].seq,
+                                  namespace="a", event_id=published[0].id, attempts=1, reason="endpoint_gone",
+                                  dead_at=1))
+    await store.dead_letter(letters)
+    await store.delete_subscription(ended.id, keep_dead_letters=True)
+    await store.delete_subscription(deleted.id)
+    assert [d.subscription_id for d in await store.list_dead_letters()] == [ended.id, live.id]
+    assert [d.subscription_id for d in await store.list_dead_letters([live.id], ended_of="fay")] == [ended.id, live.id]
+    assert [d.subscription_id for d in await store.list_dead_letters([], ended_of="gus")] == []
+    assert [d.subscription_id for d in await store.list_dead_letters([live.id])] == [live.id]
+
+
 async def test_former_subscribers_name_dead_letters_too(store: Store) -> None:
     from tidings.store import DeadLetter
 

@@ -42,8 +42,10 @@ from ..core.retry import Outcome, classify, retry_after_seconds
 from ..core.wire import ConfirmResult
 from ..settings import Settings
 from ..store import (
+    DeadLetter,
     PendingNotification,
     PrincipalRecord,
+    Stat,
     Store,
     StoredEvent,
     SubscriptionRecord,
@@ -301,15 +303,37 @@ class Delivery:
             await w.deliver([Note(i, e, 0, created_at) for i, e in notes])
             await w.settled()  # a replay's progress counts confirmations: store them first
         except Gone as gone:
-            await self.ended(sub_id, str(gone))
+            await self.ended(sub_id, gone)
             return False
         w.wakeup.set()  # oneshot: its idle wait now has an ack deadline to watch
         return True
 
-    async def ended(self, sub_id: int, reason: str) -> None:
+    async def ended(self, sub_id: int, gone: Gone) -> None:
+        """Delivery ends the subscription: what is still pending goes to the dead letters,
+        under the cause's code (``endpoint_gone``, ``subscription_ended``); they outlive the
+        subscription, for its subscriber to list and drop (docs/delivery.md)."""
         self.metrics.subscriptions_ended += 1
+        sub = self.registry.subscriptions.get(sub_id)
+        if sub is not None:
+            pending = await self.store.pending(sub_id)
+            events = await self.events_of(pending)
+            now = self.now_ns()
+            letters = [
+                DeadLetter(id=p.id, subscription_id=sub_id, subscriber=sub.subscriber, seq=p.seq,
+                           namespace=p.namespace, event_id=events[p.id].id if p.id in events else 0,
+                           attempts=gone.attempts.get(p.id, p.attempts), reason=gone.code, dead_at=now)
+                for p in pending
+            ]
+            stats = [
+                *(event_stats(sub, [events[p.id] for p in pending if p.id in events], "deadLetters", "tidings")
+                  if pending else []),
+                Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:subscriptionsEnded"),
+                Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:notifications:ended", len(pending)),
+            ]
+            moved = await self.store.dead_letter(letters, stats)
+            self.metrics.notifications_dead_lettered += len(moved)
         if self._on_gone is not None:
-            await self._on_gone(sub_id, reason)
+            await self._on_gone(sub_id, f"{gone.code}: {gone}")
 
     async def confirm(
         self, caller: PrincipalRecord, ids: Sequence[int], subscriptions: dict[int, SubscriptionRecord]

@@ -467,7 +467,8 @@ class Orchestrator:
         return out
 
     async def end_subscription(self, sub_id: int) -> None:
-        await self._store.delete_subscription(sub_id)
+        """Delivery ended it: its dead letters stay, for its subscriber (docs/delivery.md)."""
+        await self._store.delete_subscription(sub_id, keep_dead_letters=True)
         self._forget_subscription(sub_id)
 
     def _forget_subscription(self, sub_id: int) -> None:

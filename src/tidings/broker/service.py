@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core.wire import ConfirmResult
 from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
-from ..store import PrincipalRecord, Stat, Store, StoredEvent
+from ..store import PrincipalRecord, Store, StoredEvent
 from .auth import Authenticator
 from .authorization import Authorizer
 from .broadcaster import Broadcaster
@@ -149,13 +149,7 @@ class Broker:
     async def _subscription_gone(self, sub_id: int, reason: str) -> None:
         """Delivery ended the subscription (410 Gone, or an error answer when not reliable).
 
-        Its unconfirmed notifications end with it; the statistics count them."""
+        Its unconfirmed notifications are dead letters by now (``Delivery.ended``): they
+        are kept after it, for its subscriber."""
         log.warning("subscription %s ended: %s", sub_id, reason)
-        sub = self.orchestrator.subscriptions.get(sub_id)
-        if sub is not None:
-            n = len(await self.store.pending(sub_id))
-            await self.store.add_stats([
-                Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:subscriptionsEnded"),
-                Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:notifications:ended", n),
-            ])
         await self.orchestrator.end_subscription(sub_id)

@@ -56,8 +56,20 @@ class Note:
         self.created_at = created_at
 
 
+ENDPOINT_GONE = "endpoint_gone"
+SUBSCRIPTION_ENDED = "subscription_ended"
+
+
 class Gone(Exception):
-    """Delivery ends the subscription (``410 Gone``, or an error answer when not reliable)."""
+    """Delivery ends the subscription: ``410 Gone`` (``endpoint_gone``), or an error answer
+    when not reliable (``subscription_ended``). ``code`` is the dead-letter reason of its
+    pending notifications."""
+
+    def __init__(self, code: str, detail: str, attempts: dict[int, int] | None = None) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.attempts = attempts or {}
+        """Pushes made of the notifications in flight, the one that ended it included."""
 
 
 def failed_items(answer: object, n: int) -> set[int]:
@@ -195,7 +207,7 @@ class Worker:
                 now = self.d.now_ns()
                 await self.deliver([Note(i, e, 0, now) for i, e in zip(ids, passing, strict=True)])
         except Gone as gone:
-            await self.d.ended(self.sub.id, str(gone))
+            await self.d.ended(self.sub.id, gone)
 
     def _stopped(self) -> bool:
         conf = self.d.registry.sub_configs.get(self.sub.id)
@@ -383,7 +395,7 @@ class Worker:
                 return
             outcome, answer, reason, retry_after = await self.d.post(self.sub, batch, self._conf())
             if outcome is Outcome.GONE:
-                raise Gone(reason)
+                raise Gone(ENDPOINT_GONE, reason, {n.id: n.attempts + 1 for n in batch})
             if outcome is Outcome.BACK_PRESSURE and retry_after is not None:
                 # Not a failed try: neither an attempt nor an error answer (docs/delivery.md).
                 metrics.notifications_deferred += len(batch)
@@ -416,7 +428,10 @@ class Worker:
                 if conf.on_error == "deadletter":
                     await self._dead_letter(batch, ERROR_ANSWER, reason)
                     return
-                raise Gone(f"{reason}; not reliable: unsubscribed (XEP-0021 3.5)")
+                raise Gone(
+                    SUBSCRIPTION_ENDED, f"{reason}; not reliable: unsubscribed (XEP-0021 3.5)",
+                    {n.id: n.attempts for n in batch},
+                )
             batch = await self._expire(batch, reason)
             await self._count_retries(batch)
             if batch:

@@ -242,8 +242,10 @@ class Store(SchemaStore, ReplayStore, ABC):
         """Set a subscription's cursor (starting a stopped subscription skips ahead)."""
 
     @abstractmethod
-    async def delete_subscription(self, subscription_id: int) -> None:
-        """Remove a subscription and its pending notifications."""
+    async def delete_subscription(self, subscription_id: int, *, keep_dead_letters: bool = False) -> None:
+        """Remove a subscription and its pending notifications, and its dead letters unless
+        ``keep_dead_letters`` (a subscription ended by delivery: its subscriber may still
+        list and drop them, ``list_dead_letters(ended_of=...)``)."""
 
     @abstractmethod
     async def list_subscriptions(
@@ -368,9 +370,15 @@ class Store(SchemaStore, ReplayStore, ABC):
 
     @abstractmethod
     async def list_dead_letters(
-        self, subscription_ids: Sequence[int] | None = None, after: int | None = None, limit: int | None = None
+        self,
+        subscription_ids: Sequence[int] | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        ended_of: str | None = None,
     ) -> list[DeadLetter]:
-        """Dead letters ordered by id, of these subscriptions (all if None)."""
+        """Dead letters ordered by id, of these subscriptions (all if None), and with
+        ``ended_of`` also those of that subscriber whose subscription no longer exists."""
 
     @abstractmethod
     async def redrive_dead_letters(self, ids: Sequence[int], now: int) -> list[PendingNotification]:

@@ -222,12 +222,13 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         if sub is not None:
             sub.cursor = cursor
 
-    async def delete_subscription(self, subscription_id: int) -> None:
+    async def delete_subscription(self, subscription_id: int, *, keep_dead_letters: bool = False) -> None:
         self._check()
         self._subs.pop(subscription_id, None)
         self._notes = {i: n for i, n in self._notes.items() if n.subscription_id != subscription_id}
         self._sent &= self._notes.keys()
-        self._dead = {i: d for i, d in self._dead.items() if d.subscription_id != subscription_id}
+        if not keep_dead_letters:
+            self._dead = {i: d for i, d in self._dead.items() if d.subscription_id != subscription_id}
         self._secrets.pop(subscription_id, None)
 
     async def list_subscriptions(
@@ -445,12 +446,20 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         return moved
 
     async def list_dead_letters(
-        self, subscription_ids: Sequence[int] | None = None, after: int | None = None, limit: int | None = None
+        self,
+        subscription_ids: Sequence[int] | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        ended_of: str | None = None,
     ) -> list[DeadLetter]:
         self._check()
         found = [
             d for i, d in sorted(self._dead.items())
-            if i > (after or 0) and (subscription_ids is None or d.subscription_id in subscription_ids)
+            if i > (after or 0) and (
+                subscription_ids is None or d.subscription_id in subscription_ids
+                or (ended_of is not None and d.subscriber == ended_of and d.subscription_id not in self._subs)
+            )
         ]
         return found if limit is None or limit < 0 else found[:limit]
 

@@ -660,10 +660,11 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
             lambda c, w: c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
         )
 
-    async def delete_subscription(self, subscription_id: int) -> None:
+    async def delete_subscription(self, subscription_id: int, *, keep_dead_letters: bool = False) -> None:
         def job(c: sqlite3.Connection, w: _Writer) -> None:
             c.execute("DELETE FROM notifications WHERE subscription_id = ?", (subscription_id,))
-            c.execute("DELETE FROM dead_letters WHERE subscription_id = ?", (subscription_id,))
+            if not keep_dead_letters:
+                c.execute("DELETE FROM dead_letters WHERE subscription_id = ?", (subscription_id,))
             c.execute("DELETE FROM secrets WHERE subscription_id = ?", (subscription_id,))
             c.execute("DELETE FROM subscriptions WHERE id = ?", (subscription_id,))
 
@@ -941,7 +942,12 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
         return await self._write(job)
 
     async def list_dead_letters(
-        self, subscription_ids: Sequence[int] | None = None, after: int | None = None, limit: int | None = None
+        self,
+        subscription_ids: Sequence[int] | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        ended_of: str | None = None,
     ) -> list[DeadLetter]:
         def q(c: sqlite3.Connection) -> list[DeadLetter]:
             lim = -1 if limit is None else limit
@@ -951,10 +957,14 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
                 ).fetchall()
             else:
                 marks = ",".join("?" * len(subscription_ids))
+                ended = (
+                    " OR (subscriber = ? AND subscription_id NOT IN (SELECT id FROM subscriptions))"
+                    if ended_of is not None else ""
+                )
                 rows = c.execute(
-                    f"SELECT {_DL_COLS} FROM dead_letters WHERE subscription_id IN ({marks}) AND id > ? "
+                    f"SELECT {_DL_COLS} FROM dead_letters WHERE (subscription_id IN ({marks}){ended}) AND id > ? "
                     "ORDER BY id LIMIT ?",
-                    (*subscription_ids, after or 0, lim),
+                    (*subscription_ids, *([ended_of] if ended_of is not None else []), after or 0, lim),
                 ).fetchall()
             return [DeadLetter(**dict(zip(_DL_FIELDS, r, strict=True))) for r in rows]
 
