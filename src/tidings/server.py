@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from typing import Any
 
 import uvicorn
 
 from .api import create_app
 from .broker import Broker
+from .errors import ConfigError
 from .settings import Settings
 from .store import SQLiteStore
 
@@ -67,5 +69,26 @@ async def _serve(settings: Settings) -> int:
         else:
             print(f"  admin token: see {token_file}", flush=True)
         print("  more principals: tidings principal create NAME  (prints the token)", flush=True)
-        await task
+        xmpp = await _start_xmpp(broker, settings)
+        try:
+            await task
+        finally:
+            if xmpp is not None:
+                await xmpp.stop()
     return 0
+
+
+async def _start_xmpp(broker: Broker, settings: Settings) -> Any:
+    """The XMPP component (docs/xmpp.md), when ``TIDINGS_XMPP_COMPONENT`` names one."""
+    if not settings.xmpp_component:
+        return None
+    try:
+        from .xmpp import XmppFace
+    except ImportError:
+        raise ConfigError(
+            "TIDINGS_XMPP_COMPONENT is set but slixmpp is missing: pip install 'tidings[xmpp]'"
+        ) from None
+    face = XmppFace(broker, settings)
+    await face.start()
+    print(f"  XMPP component {settings.xmpp_component} -> {settings.xmpp_host}:{settings.xmpp_port}", flush=True)
+    return face

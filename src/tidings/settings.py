@@ -100,6 +100,22 @@ class Settings:
     replay_read_size: int = 2_000
     """Events a replay reads from the hot log at a time (the archive: 25 times as many)."""
 
+    xmpp_component: str = ""
+    """The XMPP component's domain (e.g. ``tidings.example.org``); empty: no XMPP face
+    (docs/xmpp.md). Needs the ``xmpp`` extra."""
+
+    xmpp_host: str = "127.0.0.1"
+    """The XMPP server the component connects to (XEP-0114)."""
+
+    xmpp_port: int = 5347
+    """The XMPP server's component port."""
+
+    xmpp_secret: str = dataclasses.field(default="", repr=False)
+    """The component's shared secret (never printed)."""
+
+    xmpp_request_timeout_s: float = 10.0
+    """How long the component waits for a publisher's authorisation answer."""
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``TIDINGS_*`` variables, then ``overrides`` (``None`` values ignored)."""

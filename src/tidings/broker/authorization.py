@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -27,9 +28,12 @@ from ..core.config import PublicationConfig
 from ..core.wire import GenericError, ItemResult, PendingAuthorization, err
 from .delivery import Delivery
 
-__all__ = ["Authorizer"]
+__all__ = ["Authorizer", "RemoteAuthorizer"]
 
 _encode = msgspec.json.Encoder().encode
+
+RemoteAuthorizer = Callable[[PublicationConfig, str, str, Any, "str | None"], Awaitable["ItemResult | None"]]
+"""Asks a publisher over another protocol: None when it approves, else the item's error."""
 
 
 class Authorizer:
@@ -37,6 +41,8 @@ class Authorizer:
         self._delivery = delivery  # for its HTTP session
         self._pending: dict[int, PendingAuthorization] = {}
         self._ids = itertools.count(1)
+        self.remote: dict[str, RemoteAuthorizer] = {}
+        """Authorisers of another protocol than HTTP, by URL scheme (``xmpp``: docs/xmpp.md)."""
 
     def pending(self) -> list[PendingAuthorization]:
         return sorted(self._pending.values(), key=lambda p: (p.since, p.namespace, p.subscriber))
@@ -49,6 +55,13 @@ class Authorizer:
             return None
         key = next(self._ids)
         self._pending[key] = PendingAuthorization(namespace=namespace, subscriber=subscriber, since=time.time_ns())
+        scheme, colon, _ = conf.authorization_url.partition(":")
+        remote = self.remote.get(scheme) if colon else None
+        if remote is not None:
+            try:
+                return await remote(conf, namespace, subscriber, auth_info, endpoint)
+            finally:
+                self._pending.pop(key, None)
         body = _encode({"namespace": namespace, "subscriber": subscriber, "authInfo": auth_info, "endpoint": endpoint})
         try:
             async with self._delivery.session.post(

@@ -58,9 +58,15 @@ from .routing import RoutedTo, Router
 from .tail import Tail
 from .worker import Gone, Note, Worker
 
-__all__ = ["Delivery"]
+__all__ = ["Delivery", "Transport"]
 
 log = logging.getLogger("tidings.delivery")
+
+Transport = Callable[
+    [SubscriptionRecord, Sequence[Note], SubscriptionConfig],
+    Awaitable[tuple[Outcome, object, str, float | None]],
+]
+"""One push to a non-HTTP endpoint: outcome, decoded answer, reason for logs, Retry-After."""
 
 
 class _Push(msgspec.Struct):
@@ -119,6 +125,8 @@ class Delivery:
         self.metrics = metrics or Metrics()
         self.signer: Callable[[int, str, bytes], dict[str, str]] | None = None
         """Signs a push: (subscription id, message id, body) -> headers to add."""
+        self.transports: dict[str, Transport] = {}
+        """Pushes to endpoints of another scheme than http(s), by scheme (``xmpp``)."""
         self._workers: dict[int, Worker] = {}
         # The workers a publish may wake, by the namespace or pattern they subscribe to: a
         # publish wakes only its own, and never visits stopped ones (a namespace may hold
@@ -350,6 +358,10 @@ class Delivery:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
         if sub.endpoint is None:
             return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
+        scheme, colon, _ = sub.endpoint.partition(":")
+        transport = self.transports.get(scheme) if colon else None
+        if transport is not None:  # another protocol's face (xmpp: docs/xmpp.md)
+            return await transport(sub, batch, conf)
         sent = self.now_ns()
         body = _encode([
             _Push(

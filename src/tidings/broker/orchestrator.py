@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..core import config as cfg
-from ..core import values, webhooks
+from ..core import ens, values, webhooks
 from ..core.namespaces import is_catch_all, is_pattern, matcher, namespace_error, pattern_error
 from ..core.replay import read_pricing
 from ..core.wire import (
@@ -92,9 +92,11 @@ def _check_values(pairs: Sequence[Sequence[Any]]) -> str | None:
     return None
 
 
-def _endpoint_error(endpoint: str | None) -> str | None:
+def _endpoint_error(endpoint: str | None, principal: str) -> str | None:
     if not endpoint:
         return "a subscription needs an endpoint: the http(s) URL notifications are POSTed to"
+    if endpoint.startswith(ens.ENTITY_PREFIX):  # an XMPP subscriber's own address (docs/xmpp.md)
+        return ens.endpoint_error(endpoint, principal)
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return f"endpoint {endpoint!r} is not an absolute http(s) URL"
@@ -351,7 +353,7 @@ class Orchestrator:
         out: list[ItemResult] = []
         for reg in regs:
             problem = (
-                pattern_error(reg.namespace) or _endpoint_error(reg.endpoint) or _check_values(reg.config)
+                pattern_error(reg.namespace) or _endpoint_error(reg.endpoint, caller.name) or _check_values(reg.config)
                 or (webhooks.secret_error(reg.secret) if reg.secret is not None else None)
             )
             if problem:
@@ -422,7 +424,7 @@ class Orchestrator:
                 out.append(err("Unauthorized", f"{caller.name} is not a controller of subscription {u.id}"))
                 continue
             problem = _check_values(u.config) or (
-                _endpoint_error(u.endpoint) if u.endpoint is not None else None
+                _endpoint_error(u.endpoint, sub.subscriber) if u.endpoint is not None else None
             )
             if problem:
                 out.append(err("ImproperConfig", problem))

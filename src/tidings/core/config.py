@@ -229,8 +229,12 @@ class PublicationConfig:
         if AUTHORIZATION_URL in c:
             v = c[AUTHORIZATION_URL]
             url = v.get("Text") if isinstance(v, dict) else None
-            if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "//" == url[-2:]:
-                raise ImproperConfig(AUTHORIZATION_URL, "expected Text: an absolute http(s) URL")
+            # xmpp:<JID> asks an XMPP publisher (XEP-0021 §4.3; only its owner's JID is asked).
+            if not isinstance(url, str) or not (
+                (url.startswith(("http://", "https://")) and "//" != url[-2:])
+                or (url.startswith("xmpp:") and len(url) > 5 and not any(ch.isspace() for ch in url))
+            ):
+                raise ImproperConfig(AUTHORIZATION_URL, "expected Text: an absolute http(s) URL or xmpp:<JID>")
         timeout_ms = _positive_nat(c, AUTHORIZATION_TIMEOUT_MS)
         schema: int | str | None = None
         if SCHEMA in c:

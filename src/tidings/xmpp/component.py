@@ -1,0 +1,286 @@
+"""The XMPP face of tidings: an external component (XEP-0114) in the server's process.
+
+::
+
+    face = XmppFace(broker, settings)     # settings.xmpp_component names its domain
+    await face.start()                    # connects, and reconnects for as long as it runs
+    ...
+    await face.stop()
+
+Every request is served by the same broker as HTTP: an XMPP user acts as the principal
+``xmpp:<bare JID>``; subscriptions it makes are ordinary subscriptions whose endpoint is
+its own JID (``core.ens``), pushed by the broker's delivery through this face's
+transport, so filters, skip, allow/deny lists, retries, statistics and dead letters are
+the ones HTTP subscribers get. docs/xmpp.md has the whole mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+from xml.etree import ElementTree as ET
+
+import msgspec
+import slixmpp
+from slixmpp.exceptions import IqError, IqTimeout
+from slixmpp.xmlstream import StanzaBase
+from slixmpp.xmlstream.handler import CoroutineCallback
+from slixmpp.xmlstream.matcher import StanzaPath
+
+from ..core import ens
+from ..core.config import PublicationConfig, SubscriptionConfig
+from ..core.retry import Outcome
+from ..core.wire import GenericError, ItemResult, PublicationRegistration, err
+from ..errors import TidingsError
+from ..settings import Settings
+from ..store import PrincipalRecord, SubscriptionRecord
+from . import ens_face, pubsub_face
+from .payload import to_xml
+from .stanzas import ENS, StanzaError, code_of
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+    from ..broker.worker import Note
+
+__all__ = ["XmppFace"]
+
+log = logging.getLogger("tidings.xmpp")
+_decode = msgspec.json.Decoder().decode
+_RECONNECT_MAX_S = 5.0
+Handler = Callable[["XmppFace", slixmpp.Iq, ET.Element], Awaitable[ET.Element | None]]
+
+
+class XmppFace:
+    def __init__(self, broker: Broker, settings: Settings) -> None:
+        if not settings.xmpp_component:
+            raise ValueError("settings.xmpp_component is empty: no XMPP face to run")
+        self.broker = broker
+        self.settings = settings
+        self.domain = settings.xmpp_component.lower()
+        self.max_payload = min(settings.max_body_bytes, 256 * 1024)
+        self._known: set[str] = set()
+        self._xmpp: slixmpp.ComponentXMPP | None = None
+        self._online = asyncio.Event()
+        self._stopping = False
+        self._handlers: dict[tuple[str, str], Handler] = {
+            **ens_face.HANDLERS, **pubsub_face.HANDLERS,
+        }
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        x = slixmpp.ComponentXMPP(
+            self.domain, self.settings.xmpp_secret, self.settings.xmpp_host, self.settings.xmpp_port
+        )
+        x.register_handler(CoroutineCallback("tidings iq get", StanzaPath("iq@type=get"), self._on_iq))
+        x.register_handler(CoroutineCallback("tidings iq set", StanzaPath("iq@type=set"), self._on_iq))
+        x.add_event_handler("session_start", self._on_session_start)
+        x.add_event_handler("disconnected", self._on_disconnected)
+        x.add_event_handler("connection_failed", self._on_failed)
+        self._xmpp = x
+        self.broker.delivery.transports["xmpp"] = self.push
+        self.broker.authorizer.remote["xmpp"] = self.authorise
+        x.connect()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self.broker.delivery.transports.pop("xmpp", None)
+        self.broker.authorizer.remote.pop("xmpp", None)
+        if self._xmpp is not None:
+            with contextlib.suppress(Exception):
+                self._xmpp.cancel_connection_attempt()
+                await asyncio.wait_for(self._xmpp.disconnect(wait=1.0), 3.0)
+        self._online.clear()
+
+    async def wait_online(self, timeout: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._online.wait(), timeout)
+        return self._online.is_set()
+
+    def _on_session_start(self, _event: object) -> None:
+        log.info("xmpp: component %s connected to %s:%s", self.domain, self.settings.xmpp_host,
+                 self.settings.xmpp_port)
+        self._online.set()
+
+    def _on_disconnected(self, _reason: object) -> None:
+        self._online.clear()
+        if not self._stopping and self._xmpp is not None:
+            log.warning("xmpp: disconnected from the XMPP server; reconnecting")
+            self._xmpp.loop.call_later(0.5, self._reconnect)
+
+    def _on_failed(self, _reason: object) -> None:
+        # slixmpp backs off up to 300 s between tries; the component keeps it short, so a
+        # restarted server has its subscribers served again within seconds.
+        if self._xmpp is not None:
+            self._xmpp._connect_loop_wait = min(self._xmpp._connect_loop_wait, _RECONNECT_MAX_S)
+
+    def _reconnect(self) -> None:
+        if not self._stopping and self._xmpp is not None and not self._online.is_set():
+            self._xmpp.connect()
+
+    # -- requests ---------------------------------------------------------------------
+
+    async def _on_iq(self, stanza: StanzaBase) -> None:
+        iq = cast(slixmpp.Iq, stanza)
+        child = iq.xml[0] if len(iq.xml) else None
+        try:
+            if child is None:
+                raise StanzaError("bad-request", "an iq request needs one child element")
+            ns, _, name = child.tag[1:].partition("}") if child.tag.startswith("{") else ("", "", child.tag)
+            handler = self._handlers.get((ns, name))
+            if handler is None:
+                raise StanzaError("feature-not-implemented" if ns else "bad-request",
+                                  f"{name!r} in {ns or 'no namespace'} is not served here")
+            payload = await handler(self, iq, child)
+        except StanzaError as e:
+            self._answer_error(iq, child, e)
+            return
+        except TidingsError as e:
+            self._answer_error(iq, child, StanzaError(_condition_of(e), str(e)))
+            return
+        except Exception:
+            log.exception("xmpp: request %s from %s failed", iq["id"], iq["from"])
+            self._answer_error(iq, child, StanzaError("internal-server-error"))
+            return
+        reply = iq.reply(clear=True)
+        if payload is not None:
+            reply.xml.append(payload)
+        reply.send()
+
+    def _answer_error(self, iq: slixmpp.Iq, child: ET.Element | None, e: StanzaError) -> None:
+        reply = iq.reply(clear=True)
+        reply["type"] = "error"
+        if child is not None and child.tag.startswith(f"{{{ENS}}}"):
+            reply.xml.append(ET.Element(child.tag, dict(child.attrib)))  # XEP-0021 §3.2 echoes it
+        reply.xml.append(e.element(reply.namespace))
+        reply.send()
+
+    # -- principals -------------------------------------------------------------------
+
+    async def principal(self, jid: str) -> PrincipalRecord:
+        """The principal an XMPP entity acts as, created on its first request."""
+        try:
+            name = ens.principal_of(jid)
+        except ValueError as e:
+            raise StanzaError("bad-request", str(e)) from None
+        if name not in self._known:
+            try:
+                await self.broker.auth.create(name)  # its token is thrown away: it signs in over XMPP
+            except TidingsError as e:
+                raise StanzaError("not-acceptable", str(e)) from None
+            self._known.add(name)
+        return PrincipalRecord(name=name)
+
+    async def entity_publication(self, namespace: str) -> None:
+        """Register an XMPP entity's own namespace on its first use (publish or subscribe).
+
+        It is owned by the entity, and every subscription to it is approved by the
+        entity itself over XMPP (XEP-0021 §4.3)."""
+        orch = self.broker.orchestrator
+        owner = ens.owner_of(namespace)
+        if owner is None or namespace in orch.publications:
+            return
+        record = await self.principal(owner[len(ens.ENTITY_PREFIX):])
+        url = "xmpp:" + ens.event_jid(namespace, self.domain)
+        (res,) = await orch.register_publications(record, [PublicationRegistration(
+            namespace=namespace, config=[
+                ("tidings:publication:authorization:url", {"Text": url}),
+                ("tidings:publication:authorization:timeoutMs",
+                 {"Nat": max(1, int(self.settings.xmpp_request_timeout_s * 1000))}),
+            ],
+        )])
+        if res is not None and res.Err is not msgspec.UNSET and namespace not in orch.publications:
+            raise StanzaError("not-acceptable", f"{namespace!r} could not be registered")
+
+    # -- the broker's side: authorisation and pushes ----------------------------------
+
+    async def authorise(
+        self, conf: PublicationConfig, namespace: str, subscriber: str, auth_info: Any, endpoint: str | None
+    ) -> ItemResult | None:
+        """Ask an XMPP publisher to approve a subscription (XEP-0021 §4.3-4.4)."""
+        url = conf.authorization_url or ""
+        target = url[len("xmpp:"):]
+        pub = self.broker.orchestrator.publications.get(namespace)
+        try:
+            owner_ok = pub is not None and ens.principal_of(target) == pub.owner
+        except ValueError:
+            owner_ok = False
+        if not owner_ok or self._xmpp is None or not self._online.is_set():
+            return err("GenericError", GenericError(503, f"the publisher of {namespace!r} cannot be asked now"))
+        iq = self._xmpp.make_iq_get(ito=target)
+        el = ET.SubElement(iq.xml, f"{{{ENS}}}authorise", {"jid": _subscriber_jid(subscriber, endpoint, self.domain)})
+        if auth_info is not None:
+            info = ET.SubElement(el, "{jabber:iq:auth}auth-info")
+            info.text = auth_info if isinstance(auth_info, str) else msgspec.json.encode(auth_info).decode()
+        try:
+            await iq.send(timeout=conf.authorization_timeout_s)
+        except IqTimeout:
+            return err("GenericError", GenericError(
+                504, f"the publisher of {namespace!r} did not answer the authorisation request in time"
+            ))
+        except IqError as e:
+            error = e.iq.xml.find(f"{{{e.iq.namespace}}}error")
+            if error is None:
+                return err("GenericError", GenericError(503, f"the publisher of {namespace!r} denied it"))
+            error.tag = "error"
+            return err("GenericError", GenericError(code_of(error), ET.tostring(error, encoding="unicode")))
+        return None
+
+    async def push(
+        self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig
+    ) -> tuple[Outcome, object, str, float | None]:
+        """Send notifications to an XMPP subscriber: the broker's transport for ``xmpp:``."""
+        x = self._xmpp
+        if x is None or not self._online.is_set() or sub.endpoint is None:
+            # tidings' own link is down, not the subscriber: wait, without using up attempts.
+            return Outcome.BACK_PRESSURE, None, "not_connected", 1.0
+        ep = ens.parse_endpoint(sub.endpoint)
+        if ep.flavour == "pubsub":
+            for n in batch:
+                x.send(pubsub_face.notification(x, ep.jid, n.event.namespace, n.event.id,
+                                                to_xml(_decode(n.event.data))))
+            return Outcome.ACK, None, "sent", None  # XEP-0060 notifications have no answer
+        deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self.settings.push_timeout_s
+        sends = []
+        for n in batch:
+            iq = x.make_iq_set(ito=ep.jid)
+            el = ET.SubElement(iq.xml, f"{{{ENS}}}publish", {"jid": ens.event_jid(n.event.namespace, self.domain)})
+            el.extend(to_xml(_decode(n.event.data)))
+            sends.append(iq.send(timeout=deadline))
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        answer: list[dict[str, str]] = []
+        failed = ""
+        for r in results:
+            if not failed and isinstance(r, IqTimeout):
+                failed = "timeout"
+            elif not failed and isinstance(r, BaseException):
+                failed = f"xmpp_{_condition(r)}"
+            # After the first failure every later one is pushed again too: order holds.
+            answer.append({"Err": failed} if failed else {"Ok": ""})
+        if failed == "timeout" and all("Err" in a for a in answer):
+            return Outcome.NO_ANSWER, None, "timeout", None
+        return Outcome.ACK, answer, failed or "ok", None
+
+
+def _condition(e: BaseException) -> str:
+    if isinstance(e, IqError):
+        return str(e.condition or "error")
+    return "error"
+
+
+def _condition_of(e: TidingsError) -> str:
+    status = getattr(e, "status", 500)
+    return {400: "bad-request", 401: "not-authorized", 403: "forbidden", 404: "item-not-found",
+            413: "not-acceptable", 503: "service-unavailable"}.get(status, "internal-server-error")
+
+
+def _subscriber_jid(subscriber: str, endpoint: str | None, domain: str) -> str:
+    """The JID a publisher is told asks to subscribe: the XMPP user's own, or for an
+    HTTP principal ``<component>/principal/<name>``."""
+    if endpoint is not None and endpoint.startswith("xmpp:"):
+        with contextlib.suppress(ValueError):
+            return ens.parse_endpoint(endpoint).jid
+    return f"{domain}/principal/{subscriber}"

@@ -1,0 +1,109 @@
+"""XEP-0021 requests: subscribe, unsubscribe and publish (docs/xmpp.md).
+
+Each handler gets the component, the request and its child element, and returns the
+child of the result (or raises :class:`StanzaError`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from xml.etree import ElementTree as ET
+
+import msgspec
+
+from ..core import ens
+from ..core.wire import Event, SubscriptionRegistration
+from .payload import PayloadError, from_xml
+from .stanzas import ENS, TIDINGS, StanzaError, error_of_item
+
+if TYPE_CHECKING:
+    import slixmpp
+
+    from .component import Handler, XmppFace
+
+__all__ = ["HANDLERS"]
+
+
+def _event_namespace(face: XmppFace, jid: str | None) -> str:
+    if not jid:
+        raise StanzaError("bad-request", "the request needs a jid attribute naming the event")
+    try:
+        return ens.namespace_of(jid, face.domain)
+    except ValueError as e:
+        raise StanzaError("bad-request", str(e)) from None
+
+
+def _endpoint(iq: slixmpp.Iq, flavour: str) -> str:
+    return f"xmpp:{iq['from'].full}?{flavour}"
+
+
+async def subscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+    if iq["type"] != "set":
+        raise StanzaError("bad-request", "subscribe is an iq of type set")
+    jid = el.get("jid")
+    namespace = _event_namespace(face, jid)
+    caller = await face.principal(iq["from"].full)
+    await face.entity_publication(namespace)
+    endpoint = _endpoint(iq, "ens")
+    reliable = el.find(f"{{{ENS}}}reliable") is not None
+    flt = el.find(f"{{{TIDINGS}}}filter")
+    info = el.find("{jabber:iq:auth}auth-info")
+    if info is None:
+        info = el.find(f"{{{ENS}}}auth-info")
+    orch = face.broker.orchestrator
+    already = [s for s in orch.subscriptions.values()
+               if s.subscriber == caller.name and s.namespace == namespace and s.endpoint == endpoint]
+    if not already:
+        (res,) = await orch.register_subscriptions(caller, [SubscriptionRegistration(
+            namespace=namespace, endpoint=endpoint, reliable=reliable,
+            authInfo=(info.text or "") if info is not None else None,
+            filter=(flt.text or "") if flt is not None else None,
+        )])
+        if res is None or res.Err is not msgspec.UNSET:
+            raise error_of_item(res) if res is not None else StanzaError("internal-server-error")
+    return ET.Element(f"{{{ENS}}}subscribed", {"jid": jid or ""})
+
+
+async def unsubscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+    if iq["type"] != "set":
+        raise StanzaError("bad-request", "unsubscribe is an iq of type set")
+    jid = el.get("jid")
+    namespace = _event_namespace(face, jid)
+    caller = await face.principal(iq["from"].full)
+    endpoint = _endpoint(iq, "ens")
+    orch = face.broker.orchestrator
+    ids = [s.id for s in orch.subscriptions.values()
+           if s.subscriber == caller.name and s.namespace == namespace and s.endpoint == endpoint]
+    if ids:
+        await orch.delete_subscriptions(caller, ids)
+    return ET.Element(f"{{{ENS}}}unsubscribed", {"jid": jid or ""})
+
+
+async def publish(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+    """XEP-0021 §4.1: the event is the sender's own JID; tidings also takes a ``jid``
+    attribute naming one of the service's namespaces, which the sender must be allowed
+    to publish to as on HTTP."""
+    if iq["type"] != "set":
+        raise StanzaError("bad-request", "publish is an iq of type set")
+    sender = iq["from"].full
+    namespace = _event_namespace(face, el.get("jid") or sender)
+    owner = ens.owner_of(namespace)
+    caller = await face.principal(sender)
+    if owner is not None and owner != caller.name:
+        raise StanzaError("forbidden", f"only {owner} publishes the events of {namespace!r}")
+    await face.entity_publication(namespace)
+    try:
+        data = from_xml(list(el), face.max_payload)
+    except PayloadError as e:
+        raise StanzaError("not-acceptable", str(e)) from None
+    (res,) = await face.broker.broadcaster.publish(caller, [Event(namespace=namespace, data=data)])
+    if res is None or res.Err is not msgspec.UNSET:
+        raise error_of_item(res) if res is not None else StanzaError("internal-server-error")
+    return ET.Element(f"{{{ENS}}}published")
+
+
+HANDLERS: dict[tuple[str, str], Handler] = {
+    (ENS, "subscribe"): subscribe,
+    (ENS, "unsubscribe"): unsubscribe,
+    (ENS, "publish"): publish,
+}

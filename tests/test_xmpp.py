@@ -1,0 +1,305 @@
+"""The XMPP face against a real Prosody, driven by real slixmpp clients (docs/xmpp.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import aiohttp
+import pytest
+from slixmpp.exceptions import IqError
+
+from .conftest import ServerProcess, admin_api, eventually, read_body, respond
+from .xmpp_support import COMPONENT, ENS, PUBSUB, Client, Prosody, prosody_available
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not prosody_available(), reason="Prosody is not installed (.ci/run installs it)"),
+]
+
+ORDER = "<order xmlns='urn:example:shop' id='7'><total>17</total></order>"
+
+
+@pytest.fixture
+def prosody(tmp_path: Path) -> Iterator[Prosody]:
+    p = Prosody(tmp_path / "prosody")
+    p.start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def xserver(server_factory: Callable[..., ServerProcess], prosody: Prosody) -> ServerProcess:
+    return server_factory(retry_initial_s="0.05", retry_max_s="0.3", ack_deadline_s="2", max_attempts="500",
+                          xmpp_request_timeout_s="2", **prosody.server_env())
+
+
+@pytest.fixture
+async def clients(prosody: Prosody) -> AsyncIterator[Callable[..., Any]]:
+    made: list[Client] = []
+
+    async def make(user: str, resource: str = "test") -> Client:
+        c = Client(prosody, user, resource)
+        made.append(c)
+        return await c.start()
+
+    yield make
+    for c in made:
+        await c.close()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def online(client: Client) -> None:
+    """Wait until the component answers (it connects after the server starts)."""
+    async def ok() -> bool:
+        try:
+            await client.request("<query xmlns='http://jabber.org/protocol/disco#info'/>", "get", timeout=2)
+            return True
+        except Exception:
+            return False
+    await eventually(ok, timeout=20, interval=0.2)
+
+
+def error_of(e: IqError) -> tuple[str, str]:
+    return str(e.iq["error"]["condition"]), str(e.iq["error"]["code"])
+
+
+async def test_ens_subscription_approved_by_its_publisher_and_notified(clients: Any, xserver: ServerProcess) -> None:
+    alice, bob = await clients("alice"), await clients("bob")
+    await online(bob)
+    res = await bob.request(
+        f"<subscribe xmlns='{ENS}' jid='alice@localhost/test'>"
+        "<auth-info xmlns='jabber:iq:auth'>open sesame</auth-info><reliable/></subscribe>"
+    )
+    assert res.xml[0].tag == f"{{{ENS}}}subscribed" and res.xml[0].get("jid") == "alice@localhost/test"
+    assert alice.authorise_requests == [("bob@localhost/test", "open sesame")]  # XEP-0021 §4.3
+    res = await alice.request(f"<publish xmlns='{ENS}'>{ORDER}</publish>")
+    assert res.xml[0].tag == f"{{{ENS}}}published"
+    await eventually(lambda: bob.ens, timeout=10)
+    jid, payload = bob.ens[0]
+    assert jid == "alice@localhost/test"
+    assert [p.tag for p in payload] == ["{urn:example:shop}order"] and payload[0].get("id") == "7"
+    assert payload[0].find("{urn:example:shop}total").text == "17"  # type: ignore[union-attr]
+    # Unsubscribed: no more notifications.
+    res = await bob.request(f"<unsubscribe xmlns='{ENS}' jid='alice@localhost/test'/>")
+    assert res.xml[0].tag == f"{{{ENS}}}unsubscribed"
+    await alice.request(f"<publish xmlns='{ENS}'><n xmlns='urn:x'>2</n></publish>")
+    await asyncio.sleep(0.5)
+    assert len(bob.ens) == 1
+
+
+@pytest.mark.parametrize(("answer", "condition", "code"), [
+    (("error", 401, "not-authorized"), "not-authorized", "401"),   # copied untouched (§3.2)
+    ("none", "remote-server-timeout", "504"),                      # the publisher never answers
+])
+async def test_a_publishers_denial_reaches_the_subscriber(
+    clients: Any, xserver: ServerProcess, answer: Any, condition: str, code: str
+) -> None:
+    alice, bob = await clients("alice"), await clients("bob")
+    await online(bob)
+    alice.authorise_answer = answer
+    with pytest.raises(IqError) as e:
+        await bob.request(f"<subscribe xmlns='{ENS}' jid='alice@localhost/test'/>")
+    assert error_of(e.value) == (condition, code)
+    if code == "401":
+        assert e.value.iq["error"]["text"] == "not you"
+
+
+async def test_http_publish_reaches_xmpp_subscribers_with_filters_lists_and_statistics(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    ns = "com.example.orders"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns, "config": [
+        ["icrc72:publication:subscribers:disallowed:list", {"Array": [{"Text": "xmpp:dave@localhost"}]}],
+    ]}])
+    bob, dave = await clients("bob"), await clients("dave")
+    await online(bob)
+    await bob.request(
+        f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'>"
+        "<filter xmlns='urn:tidings:subscription'>total &gt; 10</filter></subscribe>"
+    )
+    with pytest.raises(IqError) as e:  # the deny list applies to XMPP users too
+        await dave.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'/>")
+    assert error_of(e.value)[0] == "forbidden" and "disallowed" in str(e.value.iq["error"]["text"])
+    events = [{"namespace": ns, "data": {"Map": [["total", {"Nat": t}]]}} for t in (5, 17, 3, 42)]
+    assert await admin_api(http, xserver, "icrc72_publish", events)
+    await eventually(lambda: len(bob.ens) == 2, timeout=10)
+    await asyncio.sleep(0.3)
+    assert len(bob.ens) == 2
+    values = [json.loads(p[0].text or "") for _, p in bob.ens]
+    assert [v["Map"][0][1]["Nat"] for v in values] == [17, 42]
+    assert all(p[0].tag == "{urn:tidings:icrc16}icrc16" for _, p in bob.ens)
+    subs = await admin_api(http, xserver, "icrc72_get_subscriptions", {})
+    mine = [s for s in subs if s["subscriber"] == "xmpp:bob@localhost"]
+    assert len(mine) == 1 and mine[0]["namespace"] == ns
+
+    async def confirmed() -> bool:
+        stats = await admin_api(http, xserver, "icrc72_get_subscriptions", {})
+        for s in stats:
+            if s["subscriber"] == "xmpp:bob@localhost":
+                pairs = dict((k, v) for k, v in s.get("stats", []))
+                return pairs.get("icrc72:subscription:stats:confirmations", {}).get("Nat") == 2
+        return False
+    await eventually(confirmed, timeout=10)
+
+
+async def test_xmpp_publish_reaches_http_subscribers(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession, endpoints: Any
+) -> None:
+    alice = await clients("alice")
+    await online(alice)
+    got: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        got.extend(json.loads(await read_body(receive)))
+        await respond(send)
+
+    ep = await endpoints(app)
+    await alice.request(f"<publish xmlns='{ENS}'><hello xmlns='urn:x'/></publish>")  # registers her namespace
+    ns = "xmpp:localhost:alice:test"
+    created = await admin_api(http, xserver, "tidings_create_principal", {"name": "erin"})
+    async with http.post(f"{xserver.url}/v1/icrc72_register_subscription", data=json.dumps([{
+        "namespace": ns, "endpoint": ep.url, "authInfo": "from http",
+    }]), headers={"authorization": f"Bearer {created['token']}"}) as resp:
+        assert (await resp.json())[0].get("Ok"), resp
+    assert alice.authorise_requests == [(f"{COMPONENT}/principal/erin", "from http")]
+    await alice.request(f"<publish xmlns='{ENS}'>{ORDER}</publish>")
+    await eventually(lambda: got, timeout=10)
+    assert got[0]["namespace"] == ns
+    assert got[0]["data"]["Map"][0][0] == "xml"
+    assert ET.fromstring(got[0]["data"]["Map"][0][1]["Text"]).get("id") == "7"
+
+
+async def test_reliable_subscriptions_are_resent_until_acknowledged_and_others_end_on_error(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    ns = "com.example.reliable"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns}])
+    bob, carol = await clients("bob"), await clients("carol")
+    await online(bob)
+    await bob.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'><reliable/></subscribe>")
+    await carol.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'/>")  # not reliable
+    bob.ens_answer = carol.ens_answer = "service-unavailable"
+    await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Nat": 1}}])
+    await asyncio.sleep(1.0)
+    bob.ens_answer = "result"
+    await eventually(lambda: bob.ens, timeout=10)  # resent until acknowledged (§3.6)
+
+    async def carol_ended() -> bool:
+        subs = await admin_api(http, xserver, "icrc72_get_subscriptions", {})
+        return not [s for s in subs if s["subscriber"] == "xmpp:carol@localhost"]
+    await eventually(carol_ended, timeout=10)  # §3.5: an error ends a plain subscription
+    carol.ens_answer = "result"
+    await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Nat": 2}}])
+    await eventually(lambda: len(bob.ens) == 2, timeout=10)
+    assert carol.ens == []
+
+
+async def test_xep0060_clients_discover_subscribe_publish_and_get_items(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    ns = "com.example.feed"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns}])
+    carol, dave = await clients("carol"), await clients("dave")
+    for c in (carol, dave):
+        c.register_plugin("xep_0030")
+        c.register_plugin("xep_0060")
+    await online(carol)
+    items = await carol.plugin["xep_0030"].get_items(jid=COMPONENT, timeout=10)
+    assert ns in [node for _, node, _ in items["disco_items"]["items"]]
+    info = await carol.plugin["xep_0030"].get_info(jid=COMPONENT, timeout=10)
+    assert PUBSUB in info["disco_info"]["features"]
+    res = await carol.plugin["xep_0060"].subscribe(COMPONENT, ns, timeout=10)
+    assert res["pubsub"]["subscription"]["subscription"] == "subscribed"
+    await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Text": "hi"}}])
+    await eventually(lambda: carol.items, timeout=10)
+    assert carol.items[0][:2] == (ns, "1")
+    # Publishing to one's own node with the standard client; a subscriber of it gets it.
+    own = "xmpp:localhost:dave:test"
+    payload = ET.fromstring("<entry xmlns='urn:example:feed'>news</entry>")
+    res = await dave.plugin["xep_0060"].publish(COMPONENT, own, payload=payload, timeout=10)
+    assert res["pubsub"]["publish"]["item"]["id"] == "1"
+    await carol.plugin["xep_0060"].subscribe(COMPONENT, own, timeout=10)  # dave approves (his client does)
+    await dave.plugin["xep_0060"].publish(COMPONENT, own, payload=payload, timeout=10)
+    await eventually(lambda: any(n == own for n, _, _ in carol.items), timeout=10)
+    node, item_id, body = next(i for i in carol.items if i[0] == own)
+    assert item_id == "2" and body[0].tag == "{urn:example:feed}entry" and body[0].text == "news"
+    await carol.plugin["xep_0060"].unsubscribe(COMPONENT, ns, timeout=10)
+    await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Text": "again"}}])
+    await asyncio.sleep(0.5)
+    assert [i for i in carol.items if i[0] == ns] == [carol.items[0]]
+
+
+@pytest.mark.parametrize(("xml", "type_", "condition"), [
+    (f"<subscribe xmlns='{ENS}'/>", "set", "bad-request"),                          # no jid
+    (f"<subscribe xmlns='{ENS}' jid='a b@localhost'/>", "set", "bad-request"),      # not a JID
+    (f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/no..such'/>", "set", "bad-request"),
+    (f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/com.unknown'/>", "set", "item-not-found"),
+    (f"<subscribe xmlns='{ENS}' jid='x@localhost'/>", "get", "bad-request"),         # wrong iq type
+    (f"<publish xmlns='{ENS}' jid='bob@localhost/test'/>", "set", "forbidden"),       # another's event
+    ("<frobnicate xmlns='urn:unknown'/>", "set", "feature-not-implemented"),
+    ("<frobnicate/>", "get", "bad-request"),
+    (f"<pubsub xmlns='{PUBSUB}'><subscribe node='com.x' jid='bob@localhost/test'/></pubsub>", "set",
+     "bad-request"),                                                                  # subscribing someone else
+    (f"<pubsub xmlns='{PUBSUB}'><subscribe/></pubsub>", "set", "bad-request"),
+    (f"<pubsub xmlns='{PUBSUB}'><items node='x'/></pubsub>", "get", "feature-not-implemented"),
+    (f"<pubsub xmlns='{PUBSUB}'><publish node='xmpp:localhost:bob:test'><item/></publish></pubsub>", "set",
+     "forbidden"),
+])
+async def test_bad_stanzas_get_xmpp_errors_and_never_stall_the_component(
+    clients: Any, xserver: ServerProcess, xml: str, type_: str, condition: str
+) -> None:
+    alice = await clients("alice")
+    await online(alice)
+    with pytest.raises(IqError) as e:
+        await alice.request(xml, type_)
+    assert error_of(e.value)[0] == condition
+    # Still serving: a good request right after.
+    res = await alice.request(f"<publish xmlns='{ENS}'><ok xmlns='urn:x'/></publish>")
+    assert res.xml[0].tag == f"{{{ENS}}}published"
+
+
+async def test_a_forged_from_does_not_act_as_another_user(clients: Any, xserver: ServerProcess,
+                                                          http: aiohttp.ClientSession) -> None:
+    alice, bob = await clients("alice"), await clients("bob")
+    await online(alice)
+    iq = alice.make_iq_set(ito=COMPONENT, ifrom="bob@localhost/test")
+    iq.xml.append(ET.fromstring(f"<publish xmlns='{ENS}'><forged xmlns='urn:x'/></publish>"))
+    try:  # the XMPP server stamps the sender's real address (or refuses the stanza)
+        await iq.send(timeout=3)
+    except IqError:
+        pass
+    pubs = [p["namespace"] for p in await admin_api(http, xserver, "icrc72_get_publications", {})]
+    assert "xmpp:localhost:bob:test" not in pubs
+    assert bob.online.is_set()
+
+
+async def test_restarting_the_xmpp_server_loses_nothing_acknowledged(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession, prosody: Prosody
+) -> None:
+    ns = "com.example.restart"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns}])
+    bob = await clients("bob")
+    await online(bob)
+    await bob.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'><reliable/></subscribe>")
+    await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Nat": i}} for i in range(3)])
+    await eventually(lambda: len(bob.ens) == 3, timeout=10)
+    prosody.stop()
+    for i in range(3, 10):  # acknowledged while the XMPP server is down
+        (res,) = await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Nat": i}}])
+        assert "Ok" in res
+    prosody.start()
+    await eventually(lambda: len({p[0].text for _, p in bob.ens}) == 10, timeout=40, interval=0.2)
+    seen = [json.loads(p[0].text or "")["Nat"] for _, p in bob.ens]
+    assert sorted(set(seen)) == list(range(10))
+    firsts = list(dict.fromkeys(seen))
+    assert firsts == sorted(firsts)  # in order; repeats only as whole re-sends
