@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,9 +20,10 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.data_dir = data_dir
+        self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Server:
@@ -29,6 +31,7 @@ class Server:
             [sys.executable, "-m", "tidings", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir),
              "--log-level", "warning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None,
         )
         deadline = time.monotonic() + 30
         while not (self.data_dir / "admin.token").exists() or not self._listening():

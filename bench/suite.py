@@ -221,6 +221,19 @@ async def latency(s: Settings) -> list[Row]:
     return rows
 
 
+async def xmpp_latency(s: Settings) -> list[Row]:
+    """Publish over HTTP -> an XEP-0021 subscriber's XMPP client, through Prosody."""
+    from bench.xmpp import latency as run_xmpp
+
+    rate = s.rate or 200.0
+
+    async def run() -> dict[str, Any]:
+        return await run_xmpp(rate, s.seconds, LATENCY_WARMUP)
+
+    return [await _guard("xmpp-latency", "tidings", f"HTTP publish -> XMPP ENS client via Prosody at {rate:g}/s",
+                         "ms", 2 * s.seconds + 90, run, _lat_fig)]
+
+
 # -- d. placeholders -----------------------------------------------------------------------
 
 
@@ -376,4 +389,5 @@ SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "replay": replay,
     "dedup": dedup,
     "memory": memory,
+    "xmpp-latency": xmpp_latency,
 }

@@ -113,6 +113,7 @@ class Client(slixmpp.ClientXMPP):
         self.prosody = prosody
         self.online = asyncio.Event()
         self.ens: list[tuple[str, list[ET.Element]]] = []
+        self.ens_at: list[int] = []  # perf_counter_ns when each of ``ens`` arrived
         self.items: list[tuple[str, str, list[ET.Element]]] = []
         self.authorise_requests: list[tuple[str, str | None]] = []
         self.ens_answer = "result"  # or an error condition, or "none" (never answer)
@@ -156,12 +157,14 @@ class Client(slixmpp.ClientXMPP):
         if self.ens_answer == "none":
             return
         self.ens.append((child.get("jid", ""), list(child)))
+        self.ens_at.append(time.perf_counter_ns())
         if self.ens_answer == "result":
             reply = iq.reply(clear=True)
             ET.SubElement(reply.xml, f"{{{ENS}}}published")
             reply.send()
         else:
             self.ens.pop()  # refused: not received
+            self.ens_at.pop()
             reply = iq.reply(clear=True)
             reply["error"]["condition"] = self.ens_answer
             reply["type"] = "error"
