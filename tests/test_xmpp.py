@@ -130,6 +130,11 @@ async def test_http_publish_reaches_xmpp_subscribers_with_filters_lists_and_stat
         f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'>"
         "<filter xmlns='urn:tidings:subscription'>total &gt; 10</filter></subscribe>"
     )
+    carol = await clients("carol")  # every second event (skip), no filter
+    await carol.request(
+        f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'><skip xmlns='urn:tidings:subscription'>2 1</skip>"
+        "</subscribe>"
+    )
     with pytest.raises(IqError) as e:  # the deny list applies to XMPP users too
         await dave.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'/>")
     assert error_of(e.value)[0] == "forbidden" and "disallowed" in str(e.value.iq["error"]["text"])
@@ -141,9 +146,16 @@ async def test_http_publish_reaches_xmpp_subscribers_with_filters_lists_and_stat
     values = [json.loads(p[0].text or "") for _, p in bob.ens]
     assert [v["Map"][0][1]["Nat"] for v in values] == [17, 42]
     assert all(p[0].tag == "{urn:tidings:icrc16}icrc16" for _, p in bob.ens)
+    await eventually(lambda: len(carol.ens) == 2, timeout=10)  # event ids 1 and 3
+    assert [json.loads(p[0].text or "")["Map"][0][1]["Nat"] for _, p in carol.ens] == [5, 3]
     subs = await admin_api(http, xserver, "icrc72_get_subscriptions", {})
     mine = [s for s in subs if s["subscriber"] == "xmpp:bob@localhost"]
     assert len(mine) == 1 and mine[0]["namespace"] == ns
+    # Over HTTP nobody can point a subscription at someone's XMPP address.
+    (res,) = await admin_api(http, xserver, "icrc72_register_subscription", [
+        {"namespace": ns, "endpoint": "xmpp:bob@localhost/test?ens"},
+    ])
+    assert "ImproperConfig" in res["Err"] and "xmpp:bob@localhost" in res["Err"]["ImproperConfig"]
 
     async def confirmed() -> bool:
         stats = await admin_api(http, xserver, "icrc72_get_subscriptions", {})
@@ -248,6 +260,8 @@ async def test_xep0060_clients_discover_subscribe_publish_and_get_items(
     (f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/no..such'/>", "set", "bad-request"),
     (f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/com.unknown'/>", "set", "item-not-found"),
     (f"<subscribe xmlns='{ENS}' jid='x@localhost'/>", "get", "bad-request"),         # wrong iq type
+    (f"<subscribe xmlns='{ENS}' jid='x@localhost'><skip xmlns='urn:tidings:subscription'>-1</skip></subscribe>",
+     "set", "bad-request"),
     (f"<publish xmlns='{ENS}' jid='bob@localhost/test'/>", "set", "forbidden"),       # another's event
     ("<frobnicate xmlns='urn:unknown'/>", "set", "feature-not-implemented"),
     ("<frobnicate/>", "get", "bad-request"),

@@ -47,6 +47,7 @@ async def subscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Elemen
     endpoint = _endpoint(iq, "ens")
     reliable = el.find(f"{{{ENS}}}reliable") is not None
     flt = el.find(f"{{{TIDINGS}}}filter")
+    skip = _skip(el.find(f"{{{TIDINGS}}}skip"))
     info = el.find("{jabber:iq:auth}auth-info")
     if info is None:
         info = el.find(f"{{{ENS}}}auth-info")
@@ -57,11 +58,21 @@ async def subscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Elemen
         (res,) = await orch.register_subscriptions(caller, [SubscriptionRegistration(
             namespace=namespace, endpoint=endpoint, reliable=reliable,
             authInfo=(info.text or "") if info is not None else None,
-            filter=(flt.text or "") if flt is not None else None,
+            filter=(flt.text or "") if flt is not None else None, skip=skip,
         )])
         if res is None or res.Err is not msgspec.UNSET:
             raise error_of_item(res) if res is not None else StanzaError("internal-server-error")
     return ET.Element(f"{{{ENS}}}subscribed", {"jid": jid or ""})
+
+
+def _skip(el: ET.Element | None) -> list[int] | None:
+    """``<skip xmlns="urn:tidings:subscription">mod offset</skip>`` (docs/semantics.md)."""
+    if el is None:
+        return None
+    parts = (el.text or "").split()
+    if not 1 <= len(parts) <= 2 or not all(p.isdigit() and len(p) <= 18 for p in parts):
+        raise StanzaError("bad-request", "skip is one or two natural numbers: mod [offset]")
+    return [int(p) for p in parts]
 
 
 async def unsubscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
