@@ -138,9 +138,14 @@ async def test_own_ack_deadline_governs_oneshot_redelivery(env: Env, endpoints: 
     server = env.server  # again, with a short default deadline
     server.env["TIDINGS_ACK_DEADLINE_S"] = "0.2"
     await asyncio.to_thread(server.restart)
-    long = await bob1.subscribe(ns, ep.url, config={ACK_DEADLINE_MS: 4000})
-    before = len(hook.of(long))
-    e2 = await alice.publish(ns, 2)
+    again = Env(server)  # new connections: the old ones went with the old process
+    again.tokens = dict(env.tokens)
+    try:
+        long = await again.sub("bob", "oneshot").subscribe(ns, ep.url, config={ACK_DEADLINE_MS: 4000})
+        before = len(hook.of(long))
+        e2 = await again.pub("alice").publish(ns, 2)
+    finally:
+        await again.close()
     await eventually(lambda: len(hook.of(long)) == before + 1)
     assert server.proc is not None
     cpu = cpu_seconds(server.proc.pid)
