@@ -107,12 +107,15 @@ class Hook:
 
 class Approver:
     """A publisher's authorisation endpoint. Answers per subscriber: ``answers[name]``
-    (status, body), default 200; ``hold[name]`` keeps the answer until it is set."""
+    (status, body), default 200, marked as a publisher's answer (``x-tidings-authorization:
+    response``) unless the name is in ``unmarked``; ``hold[name]`` keeps the answer until
+    it is set."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[dict[str, str], Any]] = []
         self.answers: dict[str, tuple[int, bytes]] = {}
         self.hold: dict[str, asyncio.Event] = {}
+        self.unmarked: set[str] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -124,7 +127,8 @@ class Approver:
         if who in self.hold:
             await self.hold[who].wait()
         status, text = self.answers.get(who, (200, b""))
-        await respond(send, status, text)
+        marked = [] if who in self.unmarked else [("x-tidings-authorization", "response")]
+        await respond(send, status, text, marked)
 
     def release_all(self) -> None:
         for e in self.hold.values():
@@ -646,6 +650,13 @@ async def test_publisher_authorisation(env: Env, endpoints: Any) -> None:
         r = await env.register("dan", namespace=ns, endpoint=ep.url, authInfo="hunter2")
         assert r == {"Err": {"GenericError": {"error_code": 401, "message": "no way"}}}
         assert approver.bodies("dan")[0]["authInfo"] == "hunter2"
+        # Denied with a body the publisher did not mark as its answer (any other server's
+        # page): never passed on (docs/security.md), 503 as without a reason.
+        approver.answers["mallory"] = (404, b"<html>internal admin console</html>")
+        approver.unmarked.add("mallory")
+        r = await env.register("mallory", namespace=ns, endpoint=ep.url)
+        assert r["Err"]["GenericError"]["error_code"] == 503, r
+        assert "internal" not in json.dumps(r)
         # Denied without a body: 503.
         r = await env.register("erin", namespace=ns, endpoint=ep.url)
         assert r["Err"]["GenericError"]["error_code"] == 503, r

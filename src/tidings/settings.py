@@ -100,6 +100,25 @@ class Settings:
     replay_read_size: int = 2_000
     """Events a replay reads from the hot log at a time (the archive: 25 times as many)."""
 
+    outbound_policy: str = "auto"
+    """Which addresses the broker may call (docs/security.md): ``auto`` refuses loopback,
+    private, link-local, multicast and other non-global ranges when the server listens on
+    a non-loopback address, and allows them when it listens on loopback only;
+    ``restricted`` always refuses them; ``open`` never does."""
+
+    outbound_allow: str = ""
+    """Ranges and hosts opened despite the policy: comma-separated CIDRs, addresses and host
+    names (``*.example.org`` for subdomains), e.g. ``10.1.0.0/16,hooks.internal``."""
+
+    outbound_per_host: int = 16
+    """Most concurrent connections to one target host (port included)."""
+
+    outbound_max_connections: int = 1024
+    """Most outbound connections in all: bounds the file descriptors pushes can take."""
+
+    answer_max_bytes: int = 16_384
+    """Most bytes of a push's answer that are read; the rest is dropped with the connection."""
+
     xmpp_component: str = ""
     """The XMPP component's domain (e.g. ``tidings.example.org``); empty: no XMPP face
     (docs/xmpp.md). Needs the ``xmpp`` extra."""

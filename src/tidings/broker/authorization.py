@@ -5,9 +5,11 @@ subscription request to exactly its namespace is first sent there as
 ``POST {"namespace", "subscriber", "authInfo", "endpoint"}``. The publisher answers:
 
 * 2xx: approved; the subscription is registered;
-* any other status with a body: denied; the subscriber gets that status and body
-  untouched, as ``GenericError {error_code: <status>, message: <body>}``;
-* any other status with an empty body: denied without a reason, ``error_code`` 503;
+* any other status with a body marked ``x-tidings-authorization: response``: denied; the
+  subscriber gets that status and body (UTF-8, at most 1 KiB) untouched, as
+  ``GenericError {error_code: <status>, message: <body>}``;
+* any other status without such a body: denied without a reason, ``error_code`` 503
+  (an unmarked body is never passed on: docs/security.md);
 * no answer within ``tidings:publication:authorization:timeoutMs`` (or no connection):
   ``error_code`` 504.
 
@@ -21,24 +23,24 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from ..core.config import PublicationConfig
 from ..core.wire import GenericError, ItemResult, PendingAuthorization, err
-from .delivery import Delivery
+from ..outbound import Outbound
 
 __all__ = ["Authorizer", "RemoteAuthorizer"]
 
 _encode = msgspec.json.Encoder().encode
+_REASON_MAX = 1024
 
 RemoteAuthorizer = Callable[[PublicationConfig, str, str, Any, "str | None"], Awaitable["ItemResult | None"]]
 """Asks a publisher over another protocol: None when it approves, else the item's error."""
 
 
 class Authorizer:
-    def __init__(self, delivery: Delivery) -> None:
-        self._delivery = delivery  # for its HTTP session
+    def __init__(self, outbound: Outbound) -> None:
+        self._outbound = outbound
         self._pending: dict[int, PendingAuthorization] = {}
         self._ids = itertools.count(1)
         self.remote: dict[str, RemoteAuthorizer] = {}
@@ -64,22 +66,38 @@ class Authorizer:
                 self._pending.pop(key, None)
         body = _encode({"namespace": namespace, "subscriber": subscriber, "authInfo": auth_info, "endpoint": endpoint})
         try:
-            async with self._delivery.session.post(
-                conf.authorization_url, data=body, allow_redirects=False,
-                headers={"content-type": "application/json", "x-tidings-authorization": "request"},
-                timeout=aiohttp.ClientTimeout(total=conf.authorization_timeout_s),
-            ) as resp:
-                status, reason = resp.status, (await resp.read()).decode(errors="replace")
-        except (aiohttp.ClientError, TimeoutError, OSError):
-            return err("GenericError", GenericError(
-                504, f"the publisher of {namespace!r} did not answer the authorisation request in time"
-            ))
+            got = await self._outbound.post(
+                conf.authorization_url, body,
+                {"content-type": "application/json", "x-tidings-authorization": "request"},
+                timeout_s=conf.authorization_timeout_s, max_bytes=_REASON_MAX,
+            )
         finally:
             self._pending.pop(key, None)
-        if 200 <= status < 300:
-            return None
-        if not reason.strip():
+        if got.status is None:
             return err("GenericError", GenericError(
-                503, f"the publisher of {namespace!r} denied the subscription without a reason"
+                504, f"the publisher of {namespace!r} did not answer the authorisation request in time ({got.code})"
             ))
-        return err("GenericError", GenericError(status, reason))
+        if 200 <= got.status < 300:
+            return None
+        reason = _reason(got.body, got.headers)
+        if reason is None:
+            return err("GenericError", GenericError(
+                503, f"the publisher of {namespace!r} denied the subscription without a reason ({got.code})"
+            ))
+        return err("GenericError", GenericError(got.status, reason))
+
+
+def _reason(body: bytes, headers: object) -> str | None:
+    """The publisher's reason, passed on only when the answer says it is one.
+
+    XEP-0021 §3.2 passes a publisher's denial to the subscriber untouched; an HTTP body
+    could be anything the URL's server says, though (an internal page), so only a body
+    marked ``x-tidings-authorization: response`` by a publisher that speaks this protocol
+    is passed on, as UTF-8 text of at most ``_REASON_MAX`` bytes."""
+    marked = getattr(headers, "get", lambda _k: None)("x-tidings-authorization")
+    if marked != "response" or not body.strip():
+        return None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

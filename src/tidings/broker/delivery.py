@@ -33,13 +33,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from ..core.config import SubscriptionConfig
 from ..core.namespaces import is_pattern
 from ..core.retry import Outcome, classify, retry_after_seconds
 from ..core.wire import ConfirmResult
+from ..outbound import Outbound
 from ..settings import Settings
 from ..store import (
     DeadLetter,
@@ -110,6 +110,7 @@ class Delivery:
         now_ns: Callable[[], int] = time.time_ns,
         rand: Callable[[], float] = random.random,
         metrics: Metrics | None = None,
+        outbound: Outbound,
     ) -> None:
         self.store = store
         self.tail = tail
@@ -123,6 +124,8 @@ class Delivery:
         self.now_ns = now_ns
         self.random = rand
         self.metrics = metrics or Metrics()
+        self.outbound = outbound
+        """Every push to an http(s) endpoint goes through it (docs/security.md)."""
         self.signer: Callable[[int, str, bytes], dict[str, str]] | None = None
         """Signs a push: (subscription id, message id, body) -> headers to add."""
         self.transports: dict[str, Transport] = {}
@@ -134,19 +137,13 @@ class Delivery:
         self._by_namespace: dict[str, dict[int, Worker]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.task_group: asyncio.TaskGroup | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._ready = asyncio.Event()
         self._router: Router | None = None
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
-        timeout = aiohttp.ClientTimeout(total=self.settings.push_timeout_s)
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True)
-        async with (
-            aiohttp.ClientSession(timeout=timeout, connector=connector, auto_decompress=False) as session,
-            asyncio.TaskGroup() as tg,
-        ):
-            self._session, self.task_group = session, tg
+        async with asyncio.TaskGroup() as tg:
+            self.task_group = tg
             for sub in subscriptions:
                 self.add(sub)
             if self.settings.delivery_linger_ms <= 0:  # lingering workers gather batches themselves
@@ -166,12 +163,6 @@ class Delivery:
 
     async def ready(self) -> None:
         await self._ready.wait()
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            raise RuntimeError("delivery is not running")
-        return self._session
 
     # -- RegistryListener ---------------------------------------------------------------
 
@@ -380,21 +371,15 @@ class Delivery:
             # A retry of the same batch keeps its message id, so receivers can dedupe.
             headers.update(self.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))
         deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self.settings.push_timeout_s
-        timeout = aiohttp.ClientTimeout(total=deadline)
-        try:
-            async with self.session.post(
-                sub.endpoint, data=body, headers=headers, allow_redirects=False, timeout=timeout
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-                retry_header = resp.headers.get("Retry-After")
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            log.debug("push to subscription %s failed: %r", sub.id, e)
-            return Outcome.NO_ANSWER, None, f"no answer: {e!r}", None
-        retry_after = retry_after_seconds(status, retry_header, self.now_ns() / 1e9)
-        outcome = classify(status, retry_after)
+        got = await self.outbound.post(
+            sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self.settings.answer_max_bytes
+        )
+        if got.status is None:
+            return Outcome.NO_ANSWER, None, got.code, None
+        retry_after = retry_after_seconds(got.status, got.retry_after, self.now_ns() / 1e9)
+        outcome = classify(got.status, retry_after)
         answer: object = None
-        if outcome is Outcome.ACK and raw:
+        if outcome is Outcome.ACK and got.body and not got.truncated:
             with contextlib.suppress(msgspec.DecodeError):
-                answer = _decode_answer(raw)
-        return outcome, answer, f"HTTP {status}", retry_after
+                answer = _decode_answer(got.body)
+        return outcome, answer, got.code, retry_after

@@ -16,7 +16,6 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from ..core import config as cfg
 from ..core import ens, values, webhooks
@@ -39,6 +38,7 @@ from ..core.wire import (
     ok,
 )
 from ..errors import NotFound
+from ..outbound import url_syntax_problem
 from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
 
 __all__ = ["Orchestrator", "RegistryListener"]
@@ -97,15 +97,17 @@ def _endpoint_error(endpoint: str | None, principal: str) -> str | None:
         return "a subscription needs an endpoint: the http(s) URL notifications are POSTed to"
     if endpoint.startswith(ens.ENTITY_PREFIX):  # an XMPP subscriber's own address (docs/xmpp.md)
         return ens.endpoint_error(endpoint, principal)
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return f"endpoint {endpoint!r} is not an absolute http(s) URL"
-    return None
+    return url_syntax_problem(endpoint, "endpoint")
 
 
 class Orchestrator:
-    def __init__(self, store: Store, *, broadcaster_id: str) -> None:
+    def __init__(
+        self, store: Store, *, broadcaster_id: str,
+        url_problem: Callable[[str, str], Awaitable[str | None]] | None = None,
+    ) -> None:
         self._store = store
+        self._url_problem = url_problem
+        """The outbound policy's check of a URL at registration (docs/security.md)."""
         self._broadcaster_id = broadcaster_id
         self.listener: RegistryListener | None = None
         self.authorizer: Authorizer | None = None
@@ -232,7 +234,7 @@ class Orchestrator:
                 out.append(err("ImproperConfig", problem))
                 continue
             config = [list(p) for p in reg.config]
-            problem = self._config_problem(config)
+            problem = self._config_problem(config) or await self._authorization_url_problem(config)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
@@ -283,7 +285,7 @@ class Orchestrator:
                 out.append(err("ImproperConfig", problem))
                 continue
             config = cfg.merge(pub.config, u.config)
-            problem = self._config_problem(config)
+            problem = self._config_problem(config) or await self._authorization_url_problem(config)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
@@ -293,6 +295,17 @@ class Orchestrator:
             self._set_publication(rec)
             out.append(ok(True))
         return out
+
+    async def _authorization_url_problem(self, config: list[Any]) -> str | None:
+        url = cfg.PublicationConfig.read(config).authorization_url
+        if url is None or self._url_problem is None or not url.startswith(("http://", "https://")):
+            return None
+        return await self._url_problem(url, "authorization URL")
+
+    async def _endpoint_problem(self, endpoint: str | None) -> str | None:
+        if endpoint is None or self._url_problem is None or not endpoint.startswith(("http://", "https://")):
+            return None
+        return await self._url_problem(endpoint, "endpoint")
 
     def _config_problem(self, config: list[Any]) -> str | None:
         try:
@@ -355,7 +368,7 @@ class Orchestrator:
             problem = (
                 pattern_error(reg.namespace) or _endpoint_error(reg.endpoint, caller.name) or _check_values(reg.config)
                 or (webhooks.secret_error(reg.secret) if reg.secret is not None else None)
-            )
+            ) or await self._endpoint_problem(reg.endpoint)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
@@ -425,7 +438,7 @@ class Orchestrator:
                 continue
             problem = _check_values(u.config) or (
                 _endpoint_error(u.endpoint, sub.subscriber) if u.endpoint is not None else None
-            )
+            ) or await self._endpoint_problem(u.endpoint)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue

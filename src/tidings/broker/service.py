@@ -15,7 +15,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.netpolicy import AddressPolicy
 from ..core.wire import ConfirmResult
+from ..errors import ConfigError
+from ..outbound import Outbound
 from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
 from ..store import PrincipalRecord, Store, StoredEvent
@@ -40,11 +43,17 @@ class Broker:
         self.settings = settings
         self.store = store
         self.auth = Authenticator(store)
-        self.orchestrator = Orchestrator(store, broadcaster_id=settings.broadcaster_id)
+        self.outbound = Outbound(
+            _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections
+        )
+        self.orchestrator = Orchestrator(
+            store, broadcaster_id=settings.broadcaster_id, url_problem=self.outbound.registration_problem
+        )
         self.tail = Tail(0, settings.tail_capacity)
         self.metrics = Metrics()
         self.delivery = Delivery(
-            store, self.tail, settings, self.orchestrator, on_gone=self._subscription_gone, metrics=self.metrics
+            store, self.tail, settings, self.orchestrator, on_gone=self._subscription_gone, metrics=self.metrics,
+            outbound=self.outbound,
         )
         self.dead_letters = DeadLetters(store, self.orchestrator, self.delivery)
         self.orchestrator.listener = self.delivery
@@ -56,7 +65,7 @@ class Broker:
             max_pending_events=settings.max_pending_events,
             on_appended=self._appended,
         )
-        self.authorizer = Authorizer(self.delivery)
+        self.authorizer = Authorizer(self.outbound)
         self.orchestrator.authorizer = self.authorizer
         self.signing = Signing(store, self.orchestrator, settings)
         self.orchestrator.on_subscription_created = self.signing.subscription_created
@@ -79,6 +88,7 @@ class Broker:
         await self.stop()
 
     async def start(self) -> None:
+        await self.outbound.__aenter__()
         await self.store.open()
         try:
             await self.schemas.load()
@@ -101,6 +111,7 @@ class Broker:
                 )
         except BaseException:
             await self.store.close()
+            await self.outbound.__aexit__(None, None, None)
             raise
 
     async def stop(self) -> None:
@@ -117,6 +128,7 @@ class Broker:
                 await self._runner
             self._runner = None
         await self.store.close()
+        await self.outbound.__aexit__(None, None, None)
 
     async def ensure_admin(self, token_file: Path) -> str | None:
         """Create the first admin principal if there is none; its token goes to ``token_file``."""
@@ -153,3 +165,15 @@ class Broker:
         are kept after it, for its subscriber."""
         log.warning("subscription %s ended: %s", sub_id, reason)
         await self.orchestrator.end_subscription(sub_id)
+
+
+def _address_policy(settings: Settings) -> AddressPolicy:
+    modes = {"auto": None, "restricted": True, "open": False}
+    if settings.outbound_policy not in modes:
+        raise ConfigError(f"TIDINGS_OUTBOUND_POLICY={settings.outbound_policy!r}: use auto, restricted or open")
+    try:
+        return AddressPolicy.for_server(
+            settings.host, settings.port, settings.outbound_allow, restricted=modes[settings.outbound_policy]
+        )
+    except ValueError as e:
+        raise ConfigError(f"TIDINGS_OUTBOUND_ALLOW: {e}") from None

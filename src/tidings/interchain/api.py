@@ -71,6 +71,9 @@ def make_app(distributor: Distributor, *, lifespan: Any = None) -> Starlette:
             _check_subscribe(body)
         except InvalidEvent as e:
             return _error(400, e.code, str(e))
+        problem = await distributor.outbound.registration_problem(body.notificationEndpoint, "notificationEndpoint")
+        if problem:
+            return _error(400, "endpoint_refused", problem)
         known = Subscription.id_of(body) in distributor.subscriptions
         sub = await distributor.subscribe(body)
         return _json({"id": sub.id}, 200 if known else 201)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.netpolicy import AddressPolicy
 from ..errors import ConfigError
 from .adapters import KINDS, Network, NetworkContext
 from .state import RedisState, SQLiteState, State
@@ -59,6 +60,17 @@ class DistributorConfig:
     """SQLite file of the embedded state, when ``redis`` is not set."""
     networks: tuple[NetworkConfig, ...] = ()
     """The networks, in the order their events are listed."""
+    outbound_allow: str = ""
+    """Ranges and hosts consumers' notification endpoints may use despite the outbound
+    policy (docs/security.md): comma-separated CIDRs and host names."""
+
+    def address_policy(self) -> AddressPolicy:
+        """The outbound policy for consumers' endpoints: restricted when listening on a
+        non-loopback address, as for the broker."""
+        try:
+            return AddressPolicy.for_server(self.host, self.port, self.outbound_allow)
+        except ValueError as e:
+            raise ConfigError(f"outbound_allow: {e}") from None
 
     @property
     def url(self) -> str:
@@ -91,7 +103,7 @@ def _parse(raw: dict[str, Any], base: Path) -> DistributorConfig:
             raise ConfigError(f"network {name!r}: kind must be one of {sorted(KINDS)}, got {kind!r}")
         seen.add(name)
         nets.append(NetworkConfig(name=name, kind=kind, params=params))
-    known = {"host", "port", "public_url", "redis", "redis_prefix", "sqlite"}
+    known = {"host", "port", "public_url", "redis", "redis_prefix", "sqlite", "outbound_allow"}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"unknown config keys: {sorted(unknown)}")
@@ -102,6 +114,7 @@ def _parse(raw: dict[str, Any], base: Path) -> DistributorConfig:
             public_url=raw.get("public_url"), redis=raw.get("redis"),
             redis_prefix=str(raw.get("redis_prefix", "tidings:ied:")),
             sqlite=sqlite if sqlite.is_absolute() else base / sqlite, networks=tuple(nets),
+            outbound_allow=str(raw.get("outbound_allow", "")),
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(f"invalid config: {e}") from e

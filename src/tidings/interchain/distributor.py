@@ -30,7 +30,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import aiohttp
 import msgspec
 
 from ..core.interchain import (
@@ -43,7 +42,9 @@ from ..core.interchain import (
     strip_network,
     validate_publish,
 )
+from ..core.netpolicy import AddressPolicy
 from ..core.retry import Backoff
+from ..outbound import Outbound
 from .adapters import Network
 from .errors import NetworkUnavailable
 from .state import Mark, State, notified_set, published_set
@@ -88,6 +89,7 @@ class Distributor:
         backoff: Backoff = _SEND_BACKOFF,
         restart_backoff: Backoff = _FOLLOW_BACKOFF,
         notify_timeout_s: float = 10.0,
+        outbound: Outbound | None = None,
     ) -> None:
         self.networks = {n.name: n for n in networks}
         self.state = state
@@ -96,7 +98,8 @@ class Distributor:
         self.subscriptions: dict[str, Subscription] = {}
         self._outboxes: dict[str, _Outbox] = {}
         self._tg: asyncio.TaskGroup | None = None
-        self._http: aiohttp.ClientSession | None = None
+        self.outbound = outbound or Outbound(AddressPolicy(restricted=False))
+        """Consumers' endpoints are called through it (docs/security.md)."""
         self._notify_timeout = notify_timeout_s
         self.following: dict[str, bool] = dict.fromkeys(self.networks, False)
 
@@ -110,7 +113,7 @@ class Distributor:
     async def run(self, *, follow: bool = True) -> None:
         """Follow every network and drain every outbox until cancelled; with ``follow``
         False, only drain the outboxes (a sending-only instance)."""
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._notify_timeout))
+        await self.outbound.__aenter__()
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
@@ -122,7 +125,7 @@ class Distributor:
                     self._start_outbox(f"sub:{sub_id}")
         finally:
             self._tg = None
-            await self._http.close()
+            await self.outbound.__aexit__(None, None, None)
 
     def _start_outbox(self, target: str) -> None:
         if target in self._outboxes or self._tg is None:
@@ -218,16 +221,10 @@ class Distributor:
         sub = self.subscriptions.get(name)
         if sub is None:
             return  # unknown after a restart with a different state: nothing to send to
-        if self._http is None:
-            raise RuntimeError("the distributor is not running")
-        try:
-            async with self._http.post(sub.body.notificationEndpoint, data=payload,
-                                       headers={"content-type": "application/json"},
-                                       allow_redirects=False) as resp:
-                if not 200 <= resp.status < 300:
-                    raise NetworkUnavailable(f"subscription {name}: endpoint answered {resp.status}")
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise NetworkUnavailable(f"subscription {name}: {e!r}") from e
+        got = await self.outbound.post(sub.body.notificationEndpoint, payload, {"content-type": "application/json"},
+                                       timeout_s=self._notify_timeout, max_bytes=4096)
+        if got.code != "ok":  # a short code only: the endpoint's words never travel on
+            raise NetworkUnavailable(f"subscription {name}: {got.code}")
 
     async def _drain(self, box: _Outbox) -> None:
         attempt = 0

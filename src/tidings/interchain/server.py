@@ -8,6 +8,7 @@ import logging
 
 import uvicorn
 
+from ..outbound import Outbound
 from .api import make_app
 from .config import DistributorConfig
 from .distributor import Distributor
@@ -26,7 +27,7 @@ async def serve(config: DistributorConfig) -> None:
     try:
         for n in networks:
             await n.open()
-        distributor = Distributor(networks, state)
+        distributor = Distributor(networks, state, outbound=Outbound(config.address_policy()))
         await distributor.load()
         app = make_app(distributor)
         server = uvicorn.Server(uvicorn.Config(
