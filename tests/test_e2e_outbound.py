@@ -74,7 +74,9 @@ async def test_malformed_endpoints_are_itemised_errors_not_server_errors(
     assert all("ImproperConfig" in r["Err"] for r in results), results
 
 
-async def test_a_loopback_server_keeps_the_quickstart_working(server: ServerProcess, http: aiohttp.ClientSession) -> None:
+async def test_a_loopback_server_keeps_the_quickstart_working(
+    server: ServerProcess, http: aiohttp.ClientSession
+) -> None:
     ns = "com.example.quick"
     await admin_api(http, server, "icrc72_register_publication", [{"namespace": ns}])
     (r,) = await admin_api(http, server, "icrc72_register_subscription",
