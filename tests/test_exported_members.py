@@ -35,7 +35,7 @@ def test_store_exports() -> None:
 def test_store_interface_methods() -> None:
     abstract = tidings.store.Store.__abstractmethods__
     assert abstract == {
-        "open", "close", "create_principal", "add_token", "principal_by_token", "list_principals",
+        "open", "close", "create_principal", "add_token", "principal_by_token", "revoke_tokens", "list_principals",
         "create_publication", "update_publication", "list_publications", "delete_publication",
         "move_cursor", "count_events", "add_publisher", "list_publishers",
         "create_subscription", "update_subscription", "delete_subscription", "list_subscriptions",

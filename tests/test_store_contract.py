@@ -83,6 +83,16 @@ async def test_principals_and_tokens(store: Store) -> None:
     assert [p.name for p in await store.list_principals()] == ["alice", "bob"]
     assert [p.admin for p in await store.list_principals()] == [True, False]
 
+    # Revoking: one token, only if it is that principal's; then all of them.
+    assert await store.revoke_tokens("alice", b"t-bob") == 0
+    assert await store.revoke_tokens("bob", b"t-bob") == 1
+    assert await store.principal_by_token(b"t-bob") is None
+    assert await store.principal_by_token(b"t-bob-2") is not None
+    assert await store.revoke_tokens("bob") == 1
+    assert await store.principal_by_token(b"t-bob-2") is None
+    assert await store.principal_by_token(b"t-alice") is not None
+    assert [p.name for p in await store.list_principals()] == ["alice", "bob"]  # the principal stays
+
 
 # -- publications and publishers ------------------------------------------------------
 

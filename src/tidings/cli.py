@@ -6,6 +6,7 @@
     tidings principal create NAME [--admin] [--data-dir D]
     tidings principal token NAME [--data-dir D]
     tidings principal list [--data-dir D]
+    tidings principal revoke NAME [--token TOKEN] [--data-dir D]
     tidings dead-letters list|redrive|drop ...
     tidings distributor serve|reconcile --config FILE ... (see interchain/cli.py)
     tidings schema register|get|list|versions|deprecate|retract|delete|retention|... (see _cli_schema)
@@ -59,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     token = psub.add_parser("token", help="issue a further token for an existing principal")
     token.add_argument("name")
     token.add_argument("--data-dir", type=Path)
+    revoke = psub.add_parser("revoke", help="revoke a principal's tokens (all, or one with --token); "
+                             "a running server stops accepting them within seconds")
+    revoke.add_argument("name")
+    revoke.add_argument("--token", help="revoke only this token (read from TIDINGS_REVOKE_TOKEN if '-')")
+    revoke.add_argument("--data-dir", type=Path)
     lst = psub.add_parser("list", help="list principals")
     lst.add_argument("--data-dir", type=Path)
 
@@ -171,6 +177,12 @@ async def _principal(args: argparse.Namespace) -> int:
                 print(f"tidings: no principal {args.name!r}", file=sys.stderr)
                 return 1
             print(token)
+        elif args.action == "revoke":
+            token = os.environ.get("TIDINGS_REVOKE_TOKEN") if args.token == "-" else args.token
+            n = await auth.revoke(args.name, token)
+            print(f"revoked {n} token(s) of {args.name!r}")
+            if n == 0:
+                return 1
         else:
             for p in await store.list_principals():
                 print(f"{p.name}{'  (admin)' if p.admin else ''}")

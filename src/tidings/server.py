@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 from typing import Any
 
@@ -20,11 +21,24 @@ __all__ = ["serve"]
 
 def serve(settings: Settings) -> int:
     """Run until SIGINT or SIGTERM; return the exit status."""
+    _private_data_dir(settings)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
         return asyncio.run(_serve(settings))
     return uvloop.run(_serve(settings))
+
+
+def _private_data_dir(settings: Settings) -> None:
+    """Everything the server writes is its owner's alone: the data folder 0700 (tightened
+    if an older version left it looser), every file created 0600 (docs/security.md)."""
+    os.umask(0o077)
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if settings.data_dir.stat().st_mode & 0o077:
+        os.chmod(settings.data_dir, 0o700)
+    token = settings.data_dir / "admin.token"
+    if token.exists() and token.stat().st_mode & 0o077:
+        os.chmod(token, 0o600)
 
 
 def _tune_gc() -> None:

@@ -31,6 +31,8 @@ from ..core.wire import (
     SubscriptionQuery,
     SubscriptionRegistration,
     SubscriptionUpdate,
+    TokenRevocation,
+    TokensRevoked,
     Whoami,
     err,
 )
@@ -50,6 +52,15 @@ async def _create_principal(b: Broker, caller: PrincipalRecord, arg: PrincipalCr
     if token is None:
         raise BadRequest(f"principal {arg.name!r} already exists", code="already_exists")
     return PrincipalCreated(name=arg.name, token=token, admin=arg.admin)
+
+
+async def _revoke_tokens(b: Broker, caller: PrincipalRecord, arg: TokenRevocation) -> TokensRevoked:
+    # An admin revokes anyone's; a principal its own (a token it fears has leaked).
+    if not caller.admin and arg.principal != caller.name:
+        raise Forbidden("only an admin may revoke another principal's tokens")
+    if len(arg.principal) > 128 or (arg.token is not None and len(arg.token) > 256):
+        raise BadRequest("principal or token too long", code="invalid_argument")
+    return TokensRevoked(revoked=await b.auth.revoke(arg.principal, arg.token))
 
 
 async def _pending_authorizations(b: Broker, caller: PrincipalRecord, arg: None) -> list[PendingAuthorization]:
@@ -218,6 +229,11 @@ METHODS: dict[str, Method] = {
         Method(
             "tidings_create_principal", PrincipalCreate, PrincipalCreated, _create_principal,
             "Create a principal and return its bearer token (admin only).",
+        ),
+        Method(
+            "tidings_revoke_tokens", TokenRevocation, TokensRevoked, _revoke_tokens,
+            "Revoke one token of a principal, or all of them (admin; or a principal its own). "
+            "Takes effect on every server of the store within seconds.",
         ),
         Method("tidings_whoami", None, Whoami, _whoami, "The calling principal.", None),
         *SCHEMA_METHODS,

@@ -10,6 +10,7 @@ import hashlib
 import re
 import secrets
 import time
+from collections.abc import Callable
 
 from ..errors import BadRequest, Unauthenticated
 from ..store import PrincipalRecord, Store
@@ -32,12 +33,18 @@ def valid_principal_name(name: str) -> bool:
 
 
 class Authenticator:
-    """Resolves bearer tokens to principals, caching what it has seen."""
+    """Resolves bearer tokens to principals, caching what it has seen for ``cache_s``.
 
-    def __init__(self, store: Store, cache_size: int = 10_000) -> None:
+    The cache is short-lived on purpose: a token revoked from another process (the CLI
+    works on the store directly) stops working here within ``cache_s``."""
+
+    def __init__(self, store: Store, cache_size: int = 10_000, cache_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
-        self._cache: dict[bytes, PrincipalRecord] = {}
+        self._cache: dict[bytes, tuple[PrincipalRecord, float]] = {}
         self._cache_size = cache_size
+        self._cache_s = cache_s
+        self._clock = clock
 
     async def principal(self, authorization: str | None) -> PrincipalRecord:
         if not authorization:
@@ -46,15 +53,26 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
         h = hash_token(token.strip())
-        rec = self._cache.get(h)
+        now = self._clock()
+        hit = self._cache.get(h)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        rec = await self._store.principal_by_token(h)
         if rec is None:
-            rec = await self._store.principal_by_token(h)
-            if rec is None:
-                raise Unauthenticated("unknown token")
-            if len(self._cache) >= self._cache_size:
-                self._cache.clear()
-            self._cache[h] = rec
+            self._cache.pop(h, None)
+            raise Unauthenticated("unknown or revoked token")
+        if len(self._cache) >= self._cache_size:
+            self._cache.clear()
+        self._cache[h] = (rec, now + self._cache_s)
         return rec
+
+    async def revoke(self, name: str, token: str | None = None) -> int:
+        """Revoke one token of ``name`` (or all its tokens); effective here at once."""
+        h = hash_token(token) if token is not None else None
+        n = await self._store.revoke_tokens(name, h)
+        for key in [k for k, (rec, _) in self._cache.items() if rec.name == name and (h is None or k == h)]:
+            del self._cache[key]
+        return n
 
     async def create(self, name: str, *, admin: bool = False) -> str | None:
         """Create a principal and return its first token; None if the name is taken."""

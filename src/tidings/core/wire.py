@@ -44,6 +44,8 @@ __all__ = [
     "SubscriptionQuery",
     "SubscriptionRegistration",
     "SubscriptionUpdate",
+    "TokenRevocation",
+    "TokensRevoked",
     "Whoami",
 ]
 
@@ -251,6 +253,17 @@ class PrincipalCreated(Struct, kw_only=True):
     name: str
     token: str
     admin: bool
+
+
+class TokenRevocation(Struct, kw_only=True):
+    """Revoke ``token`` of ``principal``, or every token it has when ``token`` is absent."""
+
+    principal: str
+    token: str | None = None
+
+
+class TokensRevoked(Struct, kw_only=True):
+    revoked: int
 
 
 class DeadLetterQuery(Struct, kw_only=True, omit_defaults=True):

@@ -195,6 +195,11 @@ class Store(SchemaStore, ReplayStore, ABC):
     async def principal_by_token(self, token_hash: bytes) -> PrincipalRecord | None: ...
 
     @abstractmethod
+    async def revoke_tokens(self, name: str, token_hash: bytes | None = None) -> int:
+        """Delete the principal's tokens (only the one with ``token_hash`` if given, and
+        only if it is that principal's); return how many were deleted."""
+
+    @abstractmethod
     async def list_principals(self) -> list[PrincipalRecord]: ...
 
     # -- publications -----------------------------------------------------------------

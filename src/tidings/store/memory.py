@@ -144,6 +144,13 @@ class MemoryStore(MemorySchemaStore, MemoryReplayStore, Store):
         name = self._tokens.get(token_hash)
         return None if name is None else self._principals[name]
 
+    async def revoke_tokens(self, name: str, token_hash: bytes | None = None) -> int:
+        self._check()
+        gone = [h for h, n in self._tokens.items() if n == name and (token_hash is None or h == token_hash)]
+        for h in gone:
+            del self._tokens[h]
+        return len(gone)
+
     async def list_principals(self) -> list[PrincipalRecord]:
         self._check()
         return [self._principals[n] for n in sorted(self._principals)]

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -426,6 +427,20 @@ def _delete_notifications(c: sqlite3.Connection, ids: Sequence[int]) -> tuple[li
     return [i for i in todo if i in gone], {i for i, sent in gone.items() if not sent}
 
 
+def _private_files(path: Path) -> None:
+    """The database and its WAL and shared-memory files are the owner's alone (0600), in
+    a folder created 0700: they hold token hashes and signing secrets (docs/security.md).
+    SQLite gives its -wal and -shm files the database file's mode, so creating that first
+    with 0600 covers them; modes left looser by an older version are tightened."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if f.exists() and f.stat().st_mode & 0o077:
+            os.chmod(f, 0o600)
+
+
 def _settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
     if fut.done():
         return
@@ -455,7 +470,7 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
 
     async def open(self) -> None:
         if self._path != ":memory:":
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            _private_files(Path(self._path))
         w = _Writer(self._path, self._max_batch, self._router)
         w.start()
         await asyncio.to_thread(w.ready.wait)
@@ -538,6 +553,14 @@ class SQLiteStore(SQLiteSchemaStore, SQLiteReplayStore, Store):
             return None if row is None else PrincipalRecord(name=row[0], admin=bool(row[1]), created_at=row[2])
 
         return await self._read(q)
+
+    async def revoke_tokens(self, name: str, token_hash: bytes | None = None) -> int:
+        def job(c: sqlite3.Connection, w: _Writer) -> int:
+            if token_hash is None:
+                return c.execute("DELETE FROM tokens WHERE principal = ?", (name,)).rowcount
+            return c.execute("DELETE FROM tokens WHERE principal = ? AND hash = ?", (name, token_hash)).rowcount
+
+        return await self._write(job)
 
     async def list_principals(self) -> list[PrincipalRecord]:
         def q(c: sqlite3.Connection) -> list[PrincipalRecord]:
