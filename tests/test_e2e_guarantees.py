@@ -624,6 +624,37 @@ async def test_retry_after_is_honoured(env: Env, endpoints: Any) -> None:
 # -- 5. publisher authorisation (XEP-0021 §4.3-4.4) -------------------------------------------
 
 
+async def test_a_new_endpoint_or_auth_info_is_approved_again(env: Env, endpoints: Any) -> None:
+    approver = Approver()
+    ep, ep2, auth = await endpoints(Hook()), await endpoints(Hook()), await endpoints(approver)
+    ns = "com.x.reauth"
+    await env.principals("alice", "bob")
+    await env.pub("alice").register_publication(ns, {AUTH_URL: auth.url})
+    r = await env.register("bob", namespace=ns, endpoint=ep.url, authInfo="v1")
+    sub = r["Ok"]
+
+    async def endpoint_now() -> str:
+        (info,) = [s for s in await env.admin.get_subscriptions() if s.id == sub]
+        return str(info.endpoint)
+
+    approver.answers["bob"] = (403, b"not there")
+    for change in ({"endpoint": ep2.url}, {"authInfo": "v2"}, {"endpoint": ep2.url, "authInfo": "v2"}):
+        (res,) = await env.api("icrc72_update_subscription", [{"id": sub, **change}], as_="bob")
+        assert res["Err"]["GenericError"]["error_code"] == 403, (change, res)
+        assert await endpoint_now() == ep.url  # refused: nothing changed
+    asked = len(approver.requests)
+    # A change of config alone is not a new request.
+    (res,) = await env.api("icrc72_update_subscription", [{"id": sub, "config": [
+        ["icrc72:subscription:stopped", {"Bool": False}]]}], as_="bob")
+    assert "Ok" in res and len(approver.requests) == asked
+    approver.answers.pop("bob")
+    (res,) = await env.api("icrc72_update_subscription", [{"id": sub, "endpoint": ep2.url, "authInfo": "v3"}],
+                           as_="bob")
+    assert "Ok" in res
+    assert approver.bodies("bob")[-1] == {"namespace": ns, "subscriber": "bob", "authInfo": "v3", "endpoint": ep2.url}
+    assert await endpoint_now() == ep2.url
+
+
 async def test_publisher_authorisation(env: Env, endpoints: Any) -> None:
     hook, approver = Hook(), Approver()
     ep, auth = await endpoints(hook), await endpoints(approver)

@@ -17,6 +17,8 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+from msgspec import UNSET
+
 from ..core import config as cfg
 from ..core import ens, values, webhooks
 from ..core.namespaces import is_catch_all, is_pattern, matcher, namespace_error, pattern_error
@@ -448,6 +450,17 @@ class Orchestrator:
             except cfg.ImproperConfig as e:
                 out.append(err("ImproperConfig", str(e)))
                 continue
+            moved = u.endpoint is not None and u.endpoint != sub.endpoint
+            if (moved or u.authInfo is not UNSET) and self.authorizer is not None and not is_pattern(sub.namespace):
+                # The publisher approved a subscriber at an address with some credentials:
+                # a new address or new credentials are a new request (XEP-0021 §4.3).
+                denied = await self.authorizer.authorize(
+                    self.pub_configs[sub.namespace], sub.namespace, sub.subscriber,
+                    None if u.authInfo is UNSET else u.authInfo, u.endpoint or sub.endpoint,
+                )
+                if denied is not None:
+                    out.append(denied)
+                    continue
             started = self.sub_configs[sub.id].stopped and not conf.stopped
             rec = SubscriptionRecord(
                 id=sub.id, subscriber=sub.subscriber, namespace=sub.namespace,

@@ -196,6 +196,9 @@ class SubscriptionUpdate(Struct, kw_only=True):
     config: list[tuple[str, Any | None]] = []
     endpoint: str | None = None
     mode: Literal["trusted", "oneshot"] | None = None
+    authInfo: Any = UNSET
+    """New authorisation info for the publisher (XEP-0021 §3.1.1). A new endpoint or
+    authInfo on a publication that approves its subscribers is asked about again."""
 
 
 class InfoQuery(Struct, kw_only=True, omit_defaults=True):
