@@ -109,6 +109,7 @@ def test_classification_and_backoff_rules() -> None:
     assert b.pressure_delay(30.0, 600.0) == 30.0
     assert b.pressure_delay(1e12, 600.0) == 600.0
     assert b.pressure_delay(0.0, 600.0) == 0.5
+    assert b.pressure_delay(30.0, -1.0) == 0.5  # a broken cap still makes no busy loop
 
 
 @given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(9999, 12, 31)), st.sampled_from([0, 1, 2]))

@@ -134,4 +134,4 @@ class Backoff:
         """The wait an endpoint's ``Retry-After`` buys: what it asked for, but at least the
         initial delay (``Retry-After: 0`` must not make a busy loop) and at most ``cap_s``
         (a broken or hostile header must not park the subscription for a year)."""
-        return max(min(self.initial_s, cap_s), min(retry_after, cap_s))
+        return min(max(retry_after, self.initial_s), max(cap_s, self.initial_s))
