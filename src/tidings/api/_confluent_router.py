@@ -120,7 +120,9 @@ class Router:
                 return await self._run(request, handler, args)
             allowed.append(verb)
         if allowed:
-            return error_response(405, 405, f"HTTP 405 Method Not Allowed; use {', '.join(allowed)}")
+            response = error_response(405, 405, f"HTTP 405 Method Not Allowed; use {', '.join(allowed)}")
+            response.headers["Allow"] = ", ".join(dict.fromkeys(allowed))
+            return response
         return error_response(404, 404, "HTTP 404 Not Found")
 
     async def _run(self, request: Request, handler: Handler, args: list[str]) -> Response:

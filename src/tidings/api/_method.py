@@ -28,6 +28,10 @@ class Method:
     summary: str
     empty_arg: Any = msgspec.UNSET
     """What an empty body means; UNSET if a body is required."""
+    bounded_ints: bool = True
+    """Refuse integers outside the signed 64 bits the store keeps, wherever the argument
+    has one outside an ICRC-16 value (those are unbounded). False only where the handler
+    stores no integer of the request (publish: a hot path)."""
     decoder: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -38,7 +42,41 @@ class Method:
             if self.empty_arg is msgspec.UNSET:
                 raise BadRequest(f"{self.name} needs a JSON body", code="invalid_argument")
             return self.empty_arg
-        return self.decoder.decode(body)
+        arg = self.decoder.decode(body)
+        if self.bounded_ints:
+            where = out_of_range(arg)
+            if where is not None:
+                raise BadRequest(
+                    f"{self.name}: the integer at {where} is out of range: ids, counts, times and amounts "
+                    f"are at most {INT64_MAX} (and at least {-INT64_MAX - 1})",
+                    code="out_of_range",
+                )
+        return arg
+
+
+INT64_MAX = 2**63 - 1
+
+
+def out_of_range(value: Any, path: str = "$") -> str | None:
+    """The path of the first integer outside int64 in a decoded argument, or None.
+
+    Dicts are not entered: on the wire they are ICRC-16 values, whose Nat and Int are
+    unbounded by the standard and stored as JSON text, never as SQL integers."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return path if not -INT64_MAX - 1 <= value <= INT64_MAX else None
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            found = out_of_range(getattr(value, name), f"{path}.{name}")
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = out_of_range(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 

@@ -14,14 +14,15 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from ..broker import Broker
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ._confluent_router import error_response as confluent_error
 from ._method import Reply
-from .confluent import confluent_routes
+from .confluent import ENDPOINTS, confluent_routes
 from .methods import METHODS
 from .openapi import openapi_document
 
@@ -30,6 +31,7 @@ __all__ = ["create_app"]
 log = logging.getLogger("tidings.api")
 _encode = msgspec.json.Encoder().encode
 _JSON = "application/json"
+_CONFLUENT_PREFIXES = frozenset(pattern[0] for _, pattern, _ in ENDPOINTS)
 
 
 class _ErrorBody(msgspec.Struct):
@@ -63,7 +65,7 @@ def _well_formed(body: bytes) -> bool:
     """Whether ``body`` is syntactically valid JSON (only asked on the error path)."""
     try:
         msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # a string that is not UTF-8
         return False
     except RecursionError:
         return True  # too deep to tell; the typed decoder's answer stands
@@ -92,11 +94,22 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
                 raise BadRequest(f"{name}: {e}", code="invalid_argument") from None
             except msgspec.DecodeError as e:
                 raise BadRequest(f"the body is not valid JSON: {e}", code="malformed_json") from None
+            except UnicodeDecodeError:
+                raise BadRequest("the body is not valid UTF-8", code="malformed_json") from None
             except RecursionError:
                 raise BadRequest("the body is nested too deeply", code="invalid_argument") from None
             result = await method.handler(broker, caller, arg)
         except ApiError as e:
             return error_response(e.status, e.code, e.message)
+        except ClientDisconnect:
+            # The client went away mid-request: nothing to answer, nothing wrong here.
+            log.debug("%s: the client disconnected before its body was read", name)
+            return Response(status_code=400)
+        except OverflowError:
+            # A number too large for the store where no check caught it first: the input's
+            # fault, so a 400; logged, since a check should have caught it.
+            log.warning("%s: a number out of range reached the store", name)
+            return error_response(400, "out_of_range", "a number in the request is out of range")
         except Exception:
             log.exception("%s failed", name)
             return error_response(500, "internal", "internal error; the server log has the details")
@@ -105,7 +118,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         return Response(_encode(result), media_type=_JSON)
 
     async def method_not_allowed(request: Request) -> Response:
-        return error_response(405, "method_not_allowed", "API methods are called with POST")
+        response = error_response(405, "method_not_allowed", "API methods are called with POST")
+        response.headers["Allow"] = "POST"
+        return response
 
     async def openapi(request: Request) -> Response:
         return Response(_encode(openapi_document()), media_type=_JSON)
@@ -121,6 +136,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         return Response(b'{"status":"ok"}', media_type=_JSON)
 
     async def not_found(request: Request, exc: Exception) -> Response:
+        first = request.url.path.strip("/").split("/", 1)[0]
+        if first in _CONFLUENT_PREFIXES:  # a path no route could take (a control character in it)
+            return confluent_error(404, 404, "HTTP 404 Not Found")
         return error_response(404, "not_found", f"nothing at {request.url.path}; methods are at /v1/<name>")
 
     async def server_error(request: Request, exc: Exception) -> Response:
@@ -137,7 +155,8 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/{method}", call, methods=["POST"]),
-            Route("/v1/{method}", method_not_allowed, methods=["GET", "PUT", "DELETE", "PATCH"]),
+            Route("/v1/{method}", method_not_allowed,
+                  methods=["GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"]),
             Route("/openapi.json", openapi, methods=["GET"]),
             Route("/docs", docs, methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),

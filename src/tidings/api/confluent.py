@@ -57,41 +57,47 @@ _MODE_BODY = msgspec.json.Decoder(ModeBody)
 _READWRITE = ModeBody(mode="READWRITE")
 
 
+ENDPOINTS: list[tuple[str, tuple[str, ...], str]] = [
+    ("GET", ("schemas",), "list_schemas"),
+    ("GET", ("schemas", "types"), "types"),
+    ("GET", ("schemas", "ids", "*"), "by_id"),
+    ("GET", ("schemas", "ids", "*", "schema"), "by_id_schema"),
+    ("GET", ("schemas", "ids", "*", "versions"), "by_id_versions"),
+    ("GET", ("schemas", "ids", "*", "subjects"), "by_id_subjects"),
+    ("GET", ("subjects",), "subjects"),
+    ("POST", ("subjects", "*"), "lookup"),
+    ("DELETE", ("subjects", "*"), "delete_subject"),
+    ("GET", ("subjects", "*", "versions"), "versions"),
+    ("POST", ("subjects", "*", "versions"), "register"),
+    ("GET", ("subjects", "*", "versions", "*"), "version"),
+    ("DELETE", ("subjects", "*", "versions", "*"), "delete_version"),
+    ("GET", ("subjects", "*", "versions", "*", "schema"), "version_schema"),
+    ("GET", ("subjects", "*", "versions", "*", "referencedby"), "referenced_by"),
+    ("POST", ("compatibility", "subjects", "*", "versions"), "compatible_all"),
+    ("POST", ("compatibility", "subjects", "*", "versions", "*"), "compatible_with"),
+    ("GET", ("config",), "get_default"),
+    ("PUT", ("config",), "put_default"),
+    ("DELETE", ("config",), "delete_default"),
+    ("GET", ("config", "*"), "get_config"),
+    ("PUT", ("config", "*"), "put_config"),
+    ("DELETE", ("config", "*"), "delete_config"),
+    ("GET", ("mode",), "get_mode"),
+    ("PUT", ("mode",), "put_mode"),
+    ("GET", ("mode", "*"), "get_mode"),
+    ("PUT", ("mode", "*"), "put_mode"),
+    ("GET", ("contexts",), "contexts"),
+]
+"""The face's endpoints: verb, path pattern (``*`` one segment), handler name; the OpenAPI
+document lists them too."""
+
+
 class _Face:
     """The endpoints, over one registry; ``table`` maps ``(verb, path pattern)`` to them."""
 
     def __init__(self, broker: Broker) -> None:
         self.reg = broker.schemas
-        S, V = "subjects", "versions"
         self.table: list[tuple[str, tuple[str, ...], Handler]] = [
-            ("GET", ("schemas",), self.list_schemas),
-            ("GET", ("schemas", "types"), self.types),
-            ("GET", ("schemas", "ids", "*"), self.by_id),
-            ("GET", ("schemas", "ids", "*", "schema"), self.by_id_schema),
-            ("GET", ("schemas", "ids", "*", V), self.by_id_versions),
-            ("GET", ("schemas", "ids", "*", S), self.by_id_subjects),
-            ("GET", (S,), self.subjects),
-            ("POST", (S, "*"), self.lookup),
-            ("DELETE", (S, "*"), self.delete_subject),
-            ("GET", (S, "*", V), self.versions),
-            ("POST", (S, "*", V), self.register),
-            ("GET", (S, "*", V, "*"), self.version),
-            ("DELETE", (S, "*", V, "*"), self.delete_version),
-            ("GET", (S, "*", V, "*", "schema"), self.version_schema),
-            ("GET", (S, "*", V, "*", "referencedby"), self.referenced_by),
-            ("POST", ("compatibility", S, "*", V), self.compatible_all),
-            ("POST", ("compatibility", S, "*", V, "*"), self.compatible_with),
-            ("GET", ("config",), self.get_default),
-            ("PUT", ("config",), self.put_default),
-            ("DELETE", ("config",), self.delete_default),
-            ("GET", ("config", "*"), self.get_config),
-            ("PUT", ("config", "*"), self.put_config),
-            ("DELETE", ("config", "*"), self.delete_config),
-            ("GET", ("mode",), self.get_mode),
-            ("PUT", ("mode",), self.put_mode),
-            ("GET", ("mode", "*"), self.get_mode),
-            ("PUT", ("mode", "*"), self.put_mode),
-            ("GET", ("contexts",), self.contexts),
+            (verb, pattern, getattr(self, name)) for verb, pattern, name in ENDPOINTS
         ]
 
     # -- shared lookups ------------------------------------------------------------------

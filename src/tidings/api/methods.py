@@ -129,6 +129,7 @@ METHODS: dict[str, Method] = {
             "icrc72_publish", list[Event], _ITEMS,
             _publish,
             "Publish events; Ok carries the assigned event id, once the event is durable.",
+            bounded_ints=False,  # a publisher's id and timestamp are checked, never stored
         ),
         Method(
             "icrc72_confirm_notifications", list[int], ConfirmResult,

@@ -82,6 +82,11 @@ class ReplayState(Struct, omit_defaults=True):
     canceled: int | UnsetType = UNSET
     errored: str | UnsetType = UNSET
 
+    def __post_init__(self) -> None:
+        # msgspec turns this into a validation error: a 400 naming the field.
+        if sum(getattr(self, f) is not UNSET for f in self.__struct_fields__) != 1:
+            raise ValueError("a ReplayState has exactly one of pending, running, completed, canceled, errored")
+
     @property
     def name(self) -> str:
         for name in self.__struct_fields__:
