@@ -35,7 +35,8 @@ EVENT = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {
 
 
 async def throughput(srv: Server, clients: int, batch: int, seconds: float,
-                     event: dict[str, Any] | None = None, schema: tuple[str, Any] | None = None) -> dict[str, float]:
+                     event: dict[str, Any] | None = None, schema: tuple[str, Any] | None = None,
+                     subscription_filter: str | None = None) -> dict[str, float]:
     """``clients`` concurrent publishers posting ``batch`` copies of ``event`` (namespace
     ``bench.tp``) per request for ``seconds``; counts the events answered ``Ok``. With
     ``schema`` (format, model), the publication is bound to it and every event validated."""
@@ -50,6 +51,11 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
             config = [["tidings:publication:schema", {"Nat": r["Ok"]["id"]}]]
         pub = [{"namespace": "bench.tp", "config": config}]
         await post(s, srv.url, "icrc72_register_publication", json.dumps(pub).encode())
+        sink = None
+        if subscription_filter is not None:  # one subscriber, whose filter runs on every event
+            sink = await _sink()
+            sub = [{"namespace": "bench.tp", "endpoint": sink[1], "filter": subscription_filter}]
+            await post(s, srv.url, "icrc72_register_subscription", json.dumps(sub).encode())
         body = json.dumps([event] * batch).encode()
         count = 0
         stop = time.monotonic() + seconds
@@ -63,7 +69,26 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
         t0 = time.monotonic()
         await asyncio.gather(*(client() for _ in range(clients)))
         elapsed = time.monotonic() - t0
+        if sink is not None:
+            await sink[0].cleanup()
     return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed)}
+
+
+async def _sink() -> tuple[Any, str]:
+    """A subscriber endpoint that takes every push (aiohttp.web on a free port)."""
+    from aiohttp import web
+
+    async def take(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text="null", content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/", take)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}/"
 
 
 def latency_body(t_ns: int) -> bytes:

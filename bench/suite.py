@@ -221,6 +221,33 @@ async def latency(s: Settings) -> list[Row]:
     return rows
 
 
+# An event of the publish scenarios is a Map of a Nat and a Text; this filter makes each
+# one walk every value of the event for every value of it, and again through nested
+# wildcards: the worst a subscriber can register within the parser's bounds.
+ADVERSARIAL_FILTER = "*[$.* ~= zz | $.*.* ~= zz | * ~~= zz].x == 1 | *.*.*.* ~= zz | name ~~= zzzz"
+
+
+async def filter_cost(s: Settings) -> list[Row]:
+    """Publish-100 throughput with one subscription whose filter is adversarial, beside the
+    same run with a plain filter (goal: within 1.5x, issue 15)."""
+    from bench.live_plane import throughput
+
+    def fig(d: dict[str, Any]) -> dict[str, float]:
+        return {"events/s": d["events_per_s"]}
+
+    rows = []
+    for label, flt in (("plain filter (i == 1)", "i == 1"), ("adversarial filter", ADVERSARIAL_FILTER)):
+        async def run(flt: str = flt) -> dict[str, Any]:
+            with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+                return await throughput(srv, s.clients, 100, s.seconds, event=EVENT, subscription_filter=flt)
+
+        rows.append(await _guard("filter-cost", "tidings", f"publish-100, one subscription, {label}", "events/s",
+                                 s.seconds + 60, run, fig))
+    if all(r.figures for r in rows):
+        rows[1].ratios = {"events/s": round(rows[1].figures["events/s"] / rows[0].figures["events/s"], 2)}
+    return rows
+
+
 async def xmpp_latency(s: Settings) -> list[Row]:
     """Publish over HTTP -> an XEP-0021 subscriber's XMPP client, through Prosody."""
     from bench.xmpp import latency as run_xmpp
@@ -390,4 +417,5 @@ SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "dedup": dedup,
     "memory": memory,
     "xmpp-latency": xmpp_latency,
+    "filter-cost": filter_cost,
 }

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from tests.test_values import values as wire_values
 from tidings.core.filters import (
+    MAX_LENGTH,
+    MAX_TERMS,
     OPERATORS,
     And,
     Compare,
@@ -268,9 +270,17 @@ def exprs(depth: int = 2) -> st.SearchStrategy[Expr]:
     return st.one_of(atom, atom, ands, top_ors)
 
 
+def _terms(e: Expr) -> int:
+    if isinstance(e, And | Or):
+        return sum(_terms(t) for t in e.terms)
+    return 1 + sum(_terms(s.cond) for s in e.path.steps if isinstance(s, Where))
+
+
 def filters(depth: int = 2) -> st.SearchStrategy[Filter]:
-    """Filters whose ``[cond]`` nest up to ``depth`` deep."""
-    return exprs(depth).map(Filter)
+    """Filters whose ``[cond]`` nest up to ``depth`` deep, within the parser's bounds."""
+    return exprs(depth).filter(lambda e: _terms(e) <= MAX_TERMS).map(Filter).filter(
+        lambda f: len(f.text) <= MAX_LENGTH
+    )
 
 
 # -- parsing ----------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ Example::
 
 from __future__ import annotations
 
-from .parser import MAX_DEPTH, FilterSyntaxError, parse
-from .predicate import Predicate, compile_predicate
+from .parser import MAX_DEPTH, MAX_LENGTH, MAX_TERMS, FilterSyntaxError, parse
+from .predicate import MAX_WORK, Predicate, compile_predicate
 from .syntax import (
     OPERATORS,
     And,
@@ -36,6 +36,9 @@ from .syntax import (
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_LENGTH",
+    "MAX_TERMS",
+    "MAX_WORK",
     "OPERATORS",
     "And",
     "Compare",

@@ -32,10 +32,16 @@ from .syntax import (
     classify,
 )
 
-__all__ = ["MAX_DEPTH", "FilterSyntaxError", "parse"]
+__all__ = ["MAX_DEPTH", "MAX_LENGTH", "MAX_TERMS", "FilterSyntaxError", "parse"]
 
 MAX_DEPTH: Final = 32
 """How deeply parentheses and ``[cond]`` may nest."""
+
+MAX_LENGTH: Final = 2048
+"""The longest filter text, in characters."""
+
+MAX_TERMS: Final = 64
+"""The most comparisons (and truth tests) one filter may hold."""
 
 _TERM: Final = "a path or '('"
 
@@ -54,7 +60,13 @@ def parse(text: str) -> Filter:
     """Parse filter text, raising :class:`FilterSyntaxError` when it is malformed."""
     if not isinstance(text, str):
         raise TypeError(f"a filter is text, not {type(text).__name__}")
-    return Filter(_Parser(text).filter())
+    if len(text) > MAX_LENGTH:
+        raise FilterSyntaxError(text, MAX_LENGTH, f"the end: a filter has at most {MAX_LENGTH} characters")
+    parser = _Parser(text)
+    expr = parser.filter()
+    if parser.terms > MAX_TERMS:
+        raise FilterSyntaxError(text, 0, f"at most {MAX_TERMS} comparisons in one filter, not {parser.terms}")
+    return Filter(expr)
 
 
 class _Parser:
@@ -63,6 +75,7 @@ class _Parser:
         self.n = len(text)
         self.i = 0
         self.depth = 0
+        self.terms = 0
 
     def fail(self, expected: str, at: int | None = None) -> FilterSyntaxError:
         return FilterSyntaxError(self.s, self.i if at is None else at, expected)
@@ -130,6 +143,7 @@ class _Parser:
             self.depth -= 1
             return expr
         path = self.path()
+        self.terms += 1
         if self.char() != " ":
             return Truthy(path)
         j = self._skip_spaces(self.i)

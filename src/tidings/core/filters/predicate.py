@@ -15,13 +15,14 @@ What a value must pass for each operator is in :mod:`.comparisons`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Any, Final
 
 from .comparisons import MISSING, ValueTest, truthy, unwrap, value_test
 from .parser import parse
 from .syntax import And, Expr, Filter, Index, Name, Or, Path, Star, Step, Truthy, Where
 
-__all__ = ["Predicate", "compile_predicate"]
+__all__ = ["MAX_WORK", "Predicate", "compile_predicate"]
 
 Predicate = Callable[[Any], bool]
 """A compiled filter: called with an event's data in wire form, true when it passes."""
@@ -31,21 +32,65 @@ _Get = Callable[[Any, Any], Any]  # (root, current) -> value | MISSING, or a lis
 
 
 
-def compile_predicate(source: Filter | Expr | str) -> Predicate:
+MAX_WORK: Final = 100_000
+"""The most values one evaluation may visit through ``*`` and ``[cond]``. Beyond it the
+event does not pass, so no filter and no event can hold up the broker (docs/filters.md,
+"Cost"). The count depends on the filter and the event only: the same event always
+gets the same answer."""
+
+
+class _OverBudget(Exception):
+    pass
+
+
+# The work left to the evaluation running in this thread or task: set per evaluation, so
+# concurrent evaluations (the writer thread and the event loop) never share a count.
+_BUDGET: ContextVar[list[int]] = ContextVar("tidings_filter_budget")
+
+
+def _spend(n: int) -> None:
+    left = _BUDGET.get()
+    left[0] -= n
+    if left[0] < 0:
+        raise _OverBudget
+
+
+def compile_predicate(source: Filter | Expr | str, max_work: int = MAX_WORK) -> Predicate:
     """Compile a filter (text, a parsed :class:`Filter` or an expression) into a predicate.
 
     Raises :class:`~tidings.core.filters.FilterSyntaxError` for text that does not parse.
     """
     if isinstance(source, str):
         source = parse(source)
-    expr = _expr(source.expr if isinstance(source, Filter) else source)
+    tree = source.expr if isinstance(source, Filter) else source
+    expr = _expr(tree)
+    if not _costly(tree):
+        def predicate(data: Any) -> bool:
+            if "Option" in data:
+                data = unwrap(data)
+            return expr(data, data)
 
-    def predicate(data: Any) -> bool:
+        return predicate
+
+    def budgeted(data: Any) -> bool:
         if "Option" in data:
             data = unwrap(data)
-        return expr(data, data)
+        token = _BUDGET.set([max_work])
+        try:
+            return expr(data, data)
+        except _OverBudget:
+            return False
+        finally:
+            _BUDGET.reset(token)
 
-    return predicate
+    return budgeted
+
+
+def _costly(expr: Expr) -> bool:
+    """Whether a filter walks more than a fixed number of values per term (``*``, ``[..]``)."""
+    if isinstance(expr, Or | And):
+        return any(_costly(t) for t in expr.terms)
+    return any(isinstance(s, Star | Where) for s in expr.path.steps)
 
 
 # -- values --------------------------------------------------------------------------------
@@ -135,6 +180,7 @@ def _step(step: Step) -> Callable[[Any, Any], Any]:
 
         def where(w: Any, root: Any) -> Any:
             for item in _items(w):
+                _spend(1)
                 if cond(root, item):
                     return item
             return MISSING
@@ -163,11 +209,13 @@ def _path(path: Path) -> tuple[bool, _Get]:
         if v is MISSING:
             return []
         values = list(_members(v))
+        _spend(len(values))
         for fn in fns:
             if fn is None:
                 values = [m for v in values for m in _members(v)]
             else:
                 values = [r for v in values if (r := fn(v, root)) is not MISSING]
+            _spend(len(values))
         return values
 
     return True, many
