@@ -434,8 +434,13 @@ def _private_files(path: Path) -> None:
     with 0600 covers them; modes left looser by an older version are tightened."""
     if not path.parent.exists():
         path.parent.mkdir(parents=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
+    if not path.exists():
+        # Only a file nobody has open: closing a descriptor of a database this process
+        # holds connections to would drop their POSIX locks (SQLite's documented hazard).
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass
     for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if f.exists() and f.stat().st_mode & 0o077:
             os.chmod(f, 0o600)
