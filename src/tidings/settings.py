@@ -100,6 +100,12 @@ class Settings:
     replay_read_size: int = 2_000
     """Events a replay reads from the hot log at a time (the archive: 25 times as many)."""
 
+    max_publications_per_principal: int = 1_000
+    """Most publications one principal may own (admins are not limited)."""
+
+    max_subscriptions_per_principal: int = 10_000
+    """Most subscriptions one principal may hold (admins are not limited)."""
+
     outbound_policy: str = "auto"
     """Which addresses the broker may call (docs/security.md): ``auto`` refuses loopback,
     private, link-local, multicast and other non-global ranges when the server listens on

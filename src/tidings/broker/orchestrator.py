@@ -13,7 +13,7 @@ anything.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ from ..core.namespaces import is_catch_all, is_pattern, matcher, namespace_error
 from ..core.replay import read_pricing
 from ..core.wire import (
     BroadcasterInfo,
+    GenericError,
     InfoQuery,
     ItemResult,
     PublicationInfo,
@@ -102,12 +103,25 @@ def _endpoint_error(endpoint: str | None, principal: str) -> str | None:
     return url_syntax_problem(endpoint, "endpoint")
 
 
+def _limit(what: str, n: int, setting: str) -> ItemResult:
+    return err("GenericError", GenericError(
+        429, f"limit reached: a principal holds at most {n} {what} ({setting}); delete some first"
+    ))
+
+
 class Orchestrator:
     def __init__(
         self, store: Store, *, broadcaster_id: str,
         url_problem: Callable[[str, str], Awaitable[str | None]] | None = None,
+        max_publications: int = 1_000, max_subscriptions: int = 10_000,
     ) -> None:
         self._store = store
+        self._max_publications = max_publications
+        self._max_subscriptions = max_subscriptions
+        # What each principal holds, for its limits (docs/security.md): kept up to date
+        # here rather than counted per registration, so a batch stays linear.
+        self._owned: Counter[str] = Counter()
+        self._subscribed: Counter[str] = Counter()
         self._url_problem = url_problem
         """The outbound policy's check of a URL at registration (docs/security.md)."""
         self._broadcaster_id = broadcaster_id
@@ -133,10 +147,12 @@ class Orchestrator:
     async def load(self) -> None:
         for pub in await self._store.list_publications():
             self._set_publication(pub)
+            self._owned[pub.owner] += 1
         for ns, principal in await self._store.list_publishers():
             self.publishers[ns].add(principal)
         for sub in await self._store.list_subscriptions():
             self.subscriptions[sub.id] = sub
+            self._subscribed[sub.subscriber] += 1
             self.sub_configs[sub.id] = _read_sub_config(sub.config)
 
     def _set_publication(self, pub: PublicationRecord) -> None:
@@ -242,12 +258,16 @@ class Orchestrator:
                 continue
             existing = self.publications.get(reg.namespace)
             created = False
+            if existing is None and not caller.admin and self._owned[caller.name] >= self._max_publications:
+                out.append(_limit("publications", self._max_publications, "TIDINGS_MAX_PUBLICATIONS_PER_PRINCIPAL"))
+                continue
             if existing is None:
                 rec = PublicationRecord(
                     namespace=reg.namespace, owner=caller.name, config=config, created_at=time.time_ns()
                 )
                 if await self._store.create_publication(rec):
                     self._set_publication(rec)
+                    self._owned[caller.name] += 1
                     created = True
             elif config and config != existing.config:
                 out.append(err(
@@ -335,6 +355,7 @@ class Orchestrator:
             for sub_id in await self._store.delete_publication(ns):
                 self._forget_subscription(sub_id)
             del self.publications[ns]
+            self._owned[pub.owner] -= 1
             del self.pub_configs[ns]
             self._configs_before.pop(ns, None)
             self.publishers.pop(ns, None)
@@ -373,6 +394,9 @@ class Orchestrator:
             ) or await self._endpoint_problem(reg.endpoint)
             if problem:
                 out.append(err("ImproperConfig", problem))
+                continue
+            if not caller.admin and self._subscribed[caller.name] >= self._max_subscriptions:
+                out.append(_limit("subscriptions", self._max_subscriptions, "TIDINGS_MAX_SUBSCRIPTIONS_PER_PRINCIPAL"))
                 continue
             if is_catch_all(reg.namespace) and not caller.admin:
                 out.append(err("Unauthorized", (
@@ -420,6 +444,7 @@ class Orchestrator:
             if self.on_subscription_created is not None:
                 await self.on_subscription_created(rec, reg.secret)
             self.subscriptions[rec.id] = rec
+            self._subscribed[rec.subscriber] += 1
             self.sub_configs[rec.id] = conf
             if self.listener is not None:
                 self.listener.subscription_added(rec)
@@ -500,7 +525,9 @@ class Orchestrator:
         self._forget_subscription(sub_id)
 
     def _forget_subscription(self, sub_id: int) -> None:
-        self.subscriptions.pop(sub_id, None)
+        gone = self.subscriptions.pop(sub_id, None)
+        if gone is not None:
+            self._subscribed[gone.subscriber] -= 1
         self.sub_configs.pop(sub_id, None)
         if self.listener is not None:
             self.listener.subscription_removed(sub_id)

@@ -47,7 +47,9 @@ class Broker:
             _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections
         )
         self.orchestrator = Orchestrator(
-            store, broadcaster_id=settings.broadcaster_id, url_problem=self.outbound.registration_problem
+            store, broadcaster_id=settings.broadcaster_id, url_problem=self.outbound.registration_problem,
+            max_publications=settings.max_publications_per_principal,
+            max_subscriptions=settings.max_subscriptions_per_principal,
         )
         self.tail = Tail(0, settings.tail_capacity)
         self.metrics = Metrics()

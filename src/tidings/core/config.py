@@ -178,12 +178,28 @@ def _bool(c: dict[str, Any], key: str, default: bool) -> bool:
     raise ImproperConfig(key, 'expected Bool (or Text "true"/"false")')
 
 
+# The largest value of each duration and count a principal may set (docs/security.md):
+# Pub/Sub's bounds for the ack deadline (600 s), an hour of back-off, a week of age; beyond
+# them a value is a mistake, or an attack on the broker's timers.
+MAX_VALUES: dict[str, int] = {
+    "tidings:subscription:retry:initialMs": 600_000,
+    "tidings:subscription:retry:maxMs": 3_600_000,
+    "tidings:subscription:ackDeadlineMs": 600_000,
+    "tidings:subscription:maxAttempts": 100_000,
+    "tidings:subscription:maxAgeMs": 7 * 86_400_000,
+    "tidings:publication:authorization:timeoutMs": 60_000,
+}
+MAX_SKIP = 2**32
+"""The largest skip modulus and offset."""
+
+
 def _positive_nat(c: dict[str, Any], key: str) -> int | None:
     if key not in c:
         return None
     n = _nat(c[key])
-    if n is None or n < 1:
-        raise ImproperConfig(key, "expected a Nat of at least 1")
+    top = MAX_VALUES.get(key, 2**63 - 1)
+    if n is None or not 1 <= n <= top:
+        raise ImproperConfig(key, f"expected a Nat from 1 to {top:,}".replace(",", "_"))
     return n
 
 
@@ -200,8 +216,10 @@ def _skip(v: Any) -> tuple[int, int]:
     if not 1 <= len(parts) <= 2 or any(p is None for p in parts):
         raise ImproperConfig(SKIP, "expected Nat mod, or Array [Nat mod, Nat offset]")
     mod, offset = parts[0], parts[1] if len(parts) == 2 else 0
-    if mod < 1:
-        raise ImproperConfig(SKIP, "mod must be at least 1")
+    if not isinstance(mod, int) or not isinstance(offset, int) or mod < 1 or offset < 0:
+        raise ImproperConfig(SKIP, "mod must be at least 1 and offset a Nat")
+    if mod > MAX_SKIP or offset > MAX_SKIP:
+        raise ImproperConfig(SKIP, f"mod and offset are at most {MAX_SKIP} (2^32)")
     return mod, offset
 
 
