@@ -170,6 +170,9 @@ class Broker:
 
 
 def _address_policy(settings: Settings) -> AddressPolicy:
+    for name in ("outbound_per_host", "outbound_max_connections", "answer_max_bytes"):
+        if getattr(settings, name) < 1:  # aiohttp reads 0 as "no limit": refuse it
+            raise ConfigError(f"TIDINGS_{name.upper()} must be at least 1")
     modes = {"auto": None, "restricted": True, "open": False}
     if settings.outbound_policy not in modes:
         raise ConfigError(f"TIDINGS_OUTBOUND_POLICY={settings.outbound_policy!r}: use auto, restricted or open")
