@@ -114,3 +114,19 @@ def test_revoking_an_unknown_principal_revokes_nothing_and_says_so(tmp_path: Pat
     out = subprocess.run([sys.executable, "-m", "tidings", "principal", "revoke", "nobody", "--data-dir",
                           str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "revoked 0 token(s)" in out.stdout
+
+
+async def test_credentials_in_an_authorisation_url_are_never_shown(
+    server: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    url = "http://hook-user:s3cr3t-pw@127.0.0.1:9/approve?token=t0ps3cret&x=1"
+    await admin_api(http, server, "icrc72_register_publication", [{
+        "namespace": "com.example.cred", "config": [["tidings:publication:authorization:url", {"Text": url}]],
+    }])
+    mallory = await admin_api(http, server, "tidings_create_principal", {"name": "mallory"})
+    async with http.post(f"{server.url}/v1/icrc72_get_publications", data="{}",
+                         headers={"authorization": f"Bearer {mallory['token']}"}) as r:
+        text = await r.text()
+    assert "com.example.cred" in text
+    for secret in ("s3cr3t-pw", "t0ps3cret", "hook-user"):
+        assert secret not in text

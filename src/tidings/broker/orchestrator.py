@@ -547,7 +547,8 @@ class Orchestrator:
             upto = self.listener.sent_position(ns) if self.listener is not None else None
             stats["icrc72:publication:stats:events:sent"] = await self._store.count_events(ns, upto)
             out.append(PublicationInfo(
-                namespace=ns, config=self.publications[ns].config, stats=_stats_map(stats, q.statsFilter),
+                namespace=ns, config=cfg.public_config(self.publications[ns].config),
+                stats=_stats_map(stats, q.statsFilter),
             ))
         return out
 

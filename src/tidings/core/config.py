@@ -309,3 +309,30 @@ def merge(pairs: Sequence[Sequence[Any]], changes: Iterable[Sequence[Any]]) -> l
         if value is not None:
             out.insert(len(out) if first is None else first, [key, value])
     return out
+
+
+def redact_url(url: str) -> str:
+    """A URL with what could be a credential hidden: ``user:password@`` and the query's
+    values (``?token=...``). Only its owner set them; nobody else reads them back."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    path, q, query = path.partition("?")
+    if q:
+        query = "&".join(f"{k.partition('=')[0]}=***" if "=" in k else "***" for k in query.split("&"))
+    return f"{scheme}://{authority}{slash}{path}{q}{query}"
+
+
+def public_config(pairs: list[Any]) -> list[Any]:
+    """A publication's config as any principal may see it: credentials in its
+    authorisation URL redacted (docs/security.md)."""
+    out = []
+    for pair in pairs:
+        key, value = pair[0], pair[1]
+        if key == AUTHORIZATION_URL and isinstance(value, dict) and isinstance(value.get("Text"), str):
+            pair = [key, {"Text": redact_url(value["Text"])}]
+        out.append(pair)
+    return out
