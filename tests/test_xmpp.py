@@ -320,3 +320,26 @@ async def test_restarting_the_xmpp_server_loses_nothing_acknowledged(
     assert sorted(set(seen)) == list(range(10))
     firsts = list(dict.fromkeys(seen))
     assert firsts == sorted(firsts)  # in order; repeats only as whole re-sends
+
+
+async def test_an_xmpp_subscriber_that_keeps_refusing_is_dead_lettered_as_on_http(
+    clients: Any, server_factory: Callable[..., ServerProcess], prosody: Prosody, http: aiohttp.ClientSession
+) -> None:
+    srv = server_factory(retry_initial_s="0.05", retry_max_s="0.1", max_attempts="2", **prosody.server_env())
+    ns = "com.example.dead"
+    await admin_api(http, srv, "icrc72_register_publication", [{"namespace": ns}])
+    bob = await clients("bob")
+    await online(bob)
+    await bob.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'><reliable/></subscribe>")
+    bob.ens_answer = "internal-server-error"
+    await admin_api(http, srv, "icrc72_publish", [{"namespace": ns, "data": {"Nat": 7}}])
+
+    async def dead() -> list[Any]:
+        return [d for d in await admin_api(http, srv, "tidings_get_dead_letters", {})
+                if d.get("namespace") == ns]
+    (letter,) = await eventually(dead, timeout=15)
+    assert letter["reason"] == "attempts_exhausted" and letter["attempts"] == 2
+    # Redriven once the subscriber answers again: delivered, as on HTTP.
+    bob.ens_answer = "result"
+    await admin_api(http, srv, "tidings_redrive_dead_letters", [letter["id"]])
+    await eventually(lambda: bob.ens, timeout=10)
