@@ -91,3 +91,35 @@ def test_skip_is_bounded(mod: int, offset: int) -> None:
     else:
         with pytest.raises(cfg.ImproperConfig):
             cfg.SubscriptionConfig.read(pairs)
+
+
+async def test_a_subscription_waits_at_its_cap_of_unconfirmed_notifications_and_loses_nothing(
+    server_factory: Callable[..., ServerProcess], http: aiohttp.ClientSession, endpoints: Any
+) -> None:
+    import asyncio
+
+    from .conftest import eventually, read_body, respond
+
+    srv = server_factory(max_unconfirmed_per_subscription="5", ack_deadline_s="60", delivery_batch_size="2")
+    got: list[tuple[int, int]] = []  # (notification id, event id)
+
+    async def never_confirms(scope: Any, receive: Any, send: Any) -> None:
+        got.extend((n["id"], n["eventId"]) for n in json.loads(await read_body(receive)))
+        await respond(send)
+
+    ep = await endpoints(never_confirms)
+    ns = "com.example.cap"
+    await admin_api(http, srv, "icrc72_register_publication", [{"namespace": ns}])
+    await admin_api(http, srv, "icrc72_register_subscription", [{"namespace": ns, "endpoint": ep.url,
+                                                                 "mode": "oneshot"}])
+    for i in range(20):
+        await admin_api(http, srv, "icrc72_publish", [{"namespace": ns, "data": {"Nat": i}}])
+    await eventually(lambda: len(got) >= 5, timeout=10)
+    await asyncio.sleep(1.0)
+    assert 5 <= len(got) <= 6  # the cap, give or take the batch being pushed when it was reached
+    while len({e for _, e in got}) < 20:  # confirming makes room: the rest follows, in order
+        seen = len(got)
+        await admin_api(http, srv, "icrc72_confirm_notifications", [i for i, _ in got])
+        await eventually(lambda seen=seen: len(got) > seen, timeout=10)
+    events = [e for _, e in got]
+    assert sorted(set(events)) == list(range(1, 21)) and events == sorted(events)

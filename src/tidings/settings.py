@@ -106,6 +106,10 @@ class Settings:
     max_subscriptions_per_principal: int = 10_000
     """Most subscriptions one principal may hold (admins are not limited)."""
 
+    max_unconfirmed_per_subscription: int = 10_000
+    """Most notifications of one subscription pushed and awaiting confirmation (``oneshot``)
+    or routed and not yet pushed; at the cap its delivery waits (JetStream's MaxAckPending)."""
+
     outbound_policy: str = "auto"
     """Which addresses the broker may call (docs/security.md): ``auto`` refuses loopback,
     private, link-local, multicast and other non-global ranges when the server listens on

@@ -86,8 +86,8 @@ class Router:
                 continue
             for w in group:
                 sub = w.sub
-                if w.started or max(w.scan, self._routed.get(sub.id, 0)) < before:
-                    continue  # behind, or resuming: its worker reads the log itself
+                if w.started or w.saturated() or max(w.scan, self._routed.get(sub.id, 0)) < before:
+                    continue  # behind, resuming or at its cap: its worker reads the log itself
                 conf = configs.get(sub.id)
                 if conf is None or conf.stopped:
                     continue

@@ -70,7 +70,15 @@ class Worker(Redelivery):
         """Counts restarts after failures (``run``)."""
 
     def confirmed(self, nid: int) -> None:
-        self.unconfirmed.pop(nid, None)
+        if self.unconfirmed.pop(nid, None) is not None and self.saturated(1):
+            self.wakeup.set()  # room again below the cap: read on
+
+    def saturated(self, slack: int = 0) -> bool:
+        """Whether this subscription has as many notifications pushed and unconfirmed (or
+        routed and not yet pushed) as it may (``max_unconfirmed_per_subscription``): it
+        then reads no further, and routing leaves it to read the log itself later."""
+        cap = self.d.settings.max_unconfirmed_per_subscription
+        return len(self.unconfirmed) + len(self.routed) + slack >= cap
 
     async def run(self) -> None:
         """Deliver until the subscription is deleted or ended, surviving failures.
@@ -132,6 +140,9 @@ class Worker(Redelivery):
                     self._skip = (start, max(start, self.resume_at))
                     self.stopped_at = None
                 await self._skip_stopped()
+                if self.saturated():
+                    await self._idle()  # a confirmation or the oldest's ack deadline wakes it
+                    continue
                 events = await self._next(s.delivery_batch_size)
                 if not events:
                     if self._skip is not None and self.scan >= self._skip[0]:
