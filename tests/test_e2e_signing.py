@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from tidings.client import Admin, EventNotification, ItemError, Publisher, Subscriber
-from tidings.core.webhooks import encode_secret, sign, verify
+from tidings.core.webhooks import encode_secret, mask, sign, verify
 
 from .conftest import ServerProcess, eventually, read_body, respond
 
@@ -95,7 +95,7 @@ async def test_pushes_are_signed_and_a_rotation_overlaps(server: ServerProcess, 
     async with Publisher(server.url, server.admin_token) as pub:
         await pub.register_publication(NS)
         sub_id = await owner.subscribe(NS, ep.url)  # registered with OLD
-        assert await owner.secrets(sub_id) == [OLD]
+        assert await owner.secrets(sub_id) == [mask(OLD)]
 
         await pub.publish(NS, 1)
         await eventually(lambda: len(tee.pushes) == 1)
@@ -108,7 +108,7 @@ async def test_pushes_are_signed_and_a_rotation_overlaps(server: ServerProcess, 
         # Rotate: for the overlap, every push carries both signatures, and either secret accepts it.
         new = await owner.rotate_secret(sub_id, overlap_s=2)
         assert new.startswith("whsec_") and new != OLD
-        assert await owner.secrets(sub_id) == [new, OLD]
+        assert await owner.secrets(sub_id) == [mask(new), mask(OLD)]
         new_only = Subscriber(on_new, secret=new)
         tee.apps.append(new_only)
         await pub.publish(NS, 2)
@@ -121,7 +121,7 @@ async def test_pushes_are_signed_and_a_rotation_overlaps(server: ServerProcess, 
 
         # After the overlap only the new secret signs: a receiver holding only the old one refuses.
         await asyncio.sleep(2.1)
-        assert await owner.secrets(sub_id) == [new]
+        assert await owner.secrets(sub_id) == [mask(new)]
         await pub.publish(NS, 3)
         await eventually(lambda: len(tee.pushes) == 3)
         headers, body, statuses = tee.pushes[2]
@@ -145,8 +145,11 @@ async def test_default_subscriber_verifies_and_refuses_forged_or_stale_pushes(
         sub_id = await sub.subscribe(NS, ep.url)
         await pub.publish(NS, "signed")
         await eventually(lambda: got == [1])
-        (secret,) = await sub.secrets(sub_id)
-        assert secret.startswith("whsec_")
+        (shown,) = await sub.secrets(sub_id)
+        assert shown.startswith("whsec_") and shown.endswith("…")  # masked once handed out
+        # The secret itself is shown again only by a rotation, which the Subscriber keeps.
+        secret = await sub.rotate_secret(sub_id, overlap_s=0)
+        assert secret.startswith("whsec_") and mask(secret) == (await sub.secrets(sub_id))[0]
 
     body = msgspec.json.encode([EventNotification(
         id=99, eventId=99, prev_id=None, timestamp=1, namespace=NS, data={"Nat": 1}, source="mallory",
@@ -217,10 +220,10 @@ async def test_secret_methods_check_callers_and_values(server: ServerProcess) ->
         await refused("ImproperConfig", bobs.rotate_secret(sub_id, overlap_s=-1))
         # Admins may; a rotation with the default overlap keeps the old secret.
         new = await admins.rotate_secret(sub_id)
-        assert await bobs.secrets(sub_id) == [new, bob_secret]
+        assert await bobs.secrets(sub_id) == [mask(new), bob_secret]
         # A subscription's controllers may too.
         await bobs.update(sub_id, {"icrc72:subscription:controllers": ["carol", "bob"]})
-        assert await carols.secrets(sub_id) == [new, bob_secret]
+        assert await carols.secrets(sub_id) == [mask(new), bob_secret]
 
         # A registration's own secret must have the format; the SDK checks whsec_ ones at once.
         for bad in ["whsec_!!", encode_secret(b"x" * 8), "short", "has spaces in it, twenty-four+"]:
@@ -233,7 +236,7 @@ async def test_secret_methods_check_callers_and_values(server: ServerProcess) ->
         raw = "a-raw-secret-for-interop-1234"
         (r,) = await api(server, "icrc72_register_subscription",
                          [{"namespace": NS, "endpoint": "http://x/", "secret": raw}])
-        assert await admins.secrets(r["Ok"]) == [raw]
+        assert await admins.secrets(r["Ok"]) == [mask(raw)]
         # Deleting a subscription takes its secrets along.
         await bobs.unsubscribe(sub_id)
         await refused("NotFound", admins.secrets(sub_id))

@@ -98,7 +98,8 @@ class Signing:
         return None
 
     async def get(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult]:
-        """``tidings_get_subscription_secrets``: the secrets in force, newest first."""
+        """``tidings_get_subscription_secrets``: the secrets in force, newest first, masked:
+        a secret is shown in full only when it is made (registration, rotation)."""
         out: list[ItemResult] = []
         now = self._clock()
         for i in ids:
@@ -106,7 +107,7 @@ class Signing:
             if refused is not None:
                 out.append(refused)
                 continue
-            out.append(ok([s.secret for s in await self._store.secrets(i, now)]))
+            out.append(ok([webhooks.mask(s.secret) for s in await self._store.secrets(i, now)]))
         return out
 
     async def rotate(self, caller: PrincipalRecord, rotations: Sequence[SecretRotation]) -> list[ItemResult]:

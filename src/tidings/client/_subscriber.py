@@ -146,11 +146,10 @@ class Subscriber:
         return sub_id
 
     async def secrets(self, subscription_id: int) -> list[str]:
-        """The secrets pushes to a subscription are signed with, newest first. Without an
-        explicit ``secret``, this Subscriber verifies that subscription's pushes with them."""
+        """The secrets pushes to a subscription are signed with, newest first, masked
+        (``whsec_AbCd…``): the service shows a secret in full only when it is made, at
+        registration and by :meth:`rotate_secret`, which this Subscriber then keeps."""
         found: list[str] = await self._one("tidings_get_subscription_secrets", subscription_id)
-        if self._secrets is None:
-            self._learn(subscription_id, found)
         return found
 
     async def rotate_secret(self, subscription_id: int, overlap_s: int | None = None) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "TIMESTAMP_HEADER",
     "WebhookVerificationError",
     "encode_secret",
+    "mask",
     "secret_error",
     "sign",
     "verify",
@@ -68,6 +69,13 @@ def _key(secret: str) -> bytes:
 def encode_secret(key: bytes) -> str:
     """The ``whsec_`` form of a key; make one with ``encode_secret(secrets.token_bytes(32))``."""
     return PREFIX + base64.b64encode(key).decode()
+
+
+def mask(secret: str) -> str:
+    """How a secret is shown after it was handed out (docs/security.md): its prefix and
+    four more characters, enough to tell two apart and nothing to sign with."""
+    head = len(PREFIX) if secret.startswith(PREFIX) else 0
+    return secret[: head + 4] + "…"
 
 
 def secret_error(secret: str) -> str | None:
