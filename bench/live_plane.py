@@ -97,7 +97,8 @@ def latency_body(t_ns: int) -> bytes:
             % (t_ns, b"x" * 24))
 
 
-async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0) -> dict[str, float]:
+async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0,
+                  subscription_filter: str | None = None) -> dict[str, float]:
     """Single-event publishes at ``rate``/s for ``warmup`` + ``seconds``; each event carries
     the time of its publish call, and the subscriber's handler (SDK ``Subscriber`` on
     uvicorn, trusted mode) records the time from that call to itself. Events published in
@@ -110,13 +111,13 @@ async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0)
 
     n = int(rate * (seconds + warmup))
     start_ns = time.perf_counter_ns() + int(warmup * 1e9)
-    await paced_publishes(srv, rate, n, handle, time.perf_counter_ns)
+    await paced_publishes(srv, rate, n, handle, time.perf_counter_ns, subscription_filter)
     lat_ms = [ms for t, ms in samples if t >= start_ns]
     return {"rate": rate, "sent": n, "warmup_s": warmup, **percentiles(lat_ms)}
 
 
 async def paced_publishes(srv: Server, rate: float, n: int, handle: Callable[[EventNotification], None],
-                          clock: Callable[[], int]) -> int:
+                          clock: Callable[[], int], other_filter: str | None = None) -> int:
     """``n`` single-event publishes at ``rate``/s, each carrying ``clock()`` at its call
     (``latency_body``), to one subscription whose handler is ``handle`` (SDK ``Subscriber``
     on uvicorn, trusted mode). Each publish is its own task, so a slow one does not hold
@@ -139,6 +140,10 @@ async def paced_publishes(srv: Server, rate: float, n: int, handle: Callable[[Ev
         async with aiohttp.ClientSession(headers=headers) as s:
             await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
             await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
+            if other_filter is not None:  # another subscriber, whose filter runs on every event
+                sink = await _sink()
+                other = [{"namespace": "bench.lat", "endpoint": sink[1], "filter": other_filter}]
+                await post(s, srv.url, "icrc72_register_subscription", json.dumps(other).encode())
             interval = 1 / rate
             t_next = time.perf_counter()
             pending: set[asyncio.Task[None]] = set()

@@ -243,8 +243,16 @@ async def filter_cost(s: Settings) -> list[Row]:
 
         rows.append(await _guard("filter-cost", "tidings", f"publish-100, one subscription, {label}", "events/s",
                                  s.seconds + 60, run, fig))
-    if all(r.figures for r in rows):
-        rows[1].ratios = {"events/s": round(rows[1].figures["events/s"] / rows[0].figures["events/s"], 2)}
+    from bench.live_plane import latency as paced
+
+    rate = s.rate or 500.0
+    for label, flt in (("plain filter (i == 1)", "i == 1"), ("adversarial filter", ADVERSARIAL_FILTER)):
+        async def run_lat(flt: str = flt) -> dict[str, Any]:
+            with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+                return await paced(srv, rate, s.seconds, LATENCY_WARMUP, subscription_filter=flt)
+
+        rows.append(await _guard("filter-cost", "tidings", f"publish -> handler at {rate:g}/s, another "
+                                 f"subscription with a {label}", "ms", 2 * s.seconds + 60, run_lat, _lat_fig))
     return rows
 
 

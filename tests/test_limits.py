@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -12,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.core import config as cfg
+from tidings.errors import ConfigError
+from tidings.settings import Settings
 
 from .conftest import ServerProcess, admin_api, free_port
 
@@ -123,3 +126,13 @@ async def test_a_subscription_waits_at_its_cap_of_unconfirmed_notifications_and_
         await eventually(lambda seen=seen: len(got) > seen, timeout=10)
     events = [e for _, e in got]
     assert sorted(set(events)) == list(range(1, 21)) and events == sorted(events)
+
+
+NUMERIC_SETTINGS = [f.name for f in dataclasses.fields(Settings) if f.type in ("int", "float")]
+
+
+@given(st.sampled_from(NUMERIC_SETTINGS),
+       st.sampled_from(["-1", "1e30", "nan", "inf", str(2**70)]))
+def test_every_numeric_setting_has_bounds(name: str, raw: str) -> None:
+    with pytest.raises(ConfigError, match=f"TIDINGS_{name.upper()}"):
+        Settings.from_env({f"TIDINGS_{name.upper()}": raw})

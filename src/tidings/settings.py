@@ -145,6 +145,17 @@ class Settings:
     xmpp_request_timeout_s: float = 10.0
     """How long the component waits for a publisher's authorisation answer."""
 
+    def __post_init__(self) -> None:
+        # Every number an operator sets has bounds too: a typo (an extra zero, a negative
+        # sign, "inf") fails at start with the setting's name, never later in a timer.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            low, high = _BOUNDS.get(f.name, (0, 1e9 if isinstance(value, float) else 2**31 - 1))
+            if not (low <= value <= high) or value != value:  # value != value: NaN
+                raise ConfigError(f"TIDINGS_{f.name.upper()}={value!r} is out of range [{low}, {high}]")
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``TIDINGS_*`` variables, then ``overrides`` (``None`` values ignored)."""
@@ -163,6 +174,22 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+# Settings whose sensible range is narrower than "a non-negative number".
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "port": (0, 65_535),
+    "push_timeout_s": (0.001, 3_600),
+    "ack_deadline_s": (0.001, 3_600),
+    "retry_initial_s": (0.001, 3_600),
+    "retry_max_s": (0.001, 86_400),
+    "max_age_s": (1, 365 * 86_400),
+    "max_attempts": (1, 1_000_000),
+    "delivery_batch_size": (1, 10_000),
+    "max_batch_items": (1, 1_000_000),
+    "max_body_bytes": (1, 1 << 30),
+    "tail_capacity": (1, 10_000_000),
+}
 
 
 def _parse(name: str, typ: Any, raw: str) -> Any:

@@ -47,6 +47,7 @@ def openapi_document() -> dict[str, Any]:
                 "403": {"description": "the caller may not call this method (docs/rights.md)", "content": error},
                 "404": {"description": "unknown method or namespace", "content": error},
                 "409": {"description": "conflicts with what exists (e.g. the principal exists)", "content": error},
+                "405": {"description": "another verb than POST (the Allow header says so)", "content": error},
                 "413": {"description": "body too large", "content": error},
                 "429": {"description": "a limit of the caller is reached (docs/security.md)", "content": error},
                 "503": {"description": "the service is overloaded or stopping; try again", "content": error},
