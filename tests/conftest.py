@@ -226,3 +226,10 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """One client session for a test's raw HTTP calls."""
+    async with aiohttp.ClientSession() as s:
+        yield s

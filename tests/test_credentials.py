@@ -7,7 +7,7 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,6 @@ from tidings.store import MemoryStore
 from .conftest import ServerProcess, admin_api, eventually
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def call(http: aiohttp.ClientSession, srv: ServerProcess, token: str, method: str, arg: Any) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -15,12 +14,6 @@ from tidings.api.methods import METHODS
 from .conftest import ServerProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def raw(http: aiohttp.ClientSession, srv: ServerProcess, method: str, body: bytes,

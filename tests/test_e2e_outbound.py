@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -27,12 +27,6 @@ def restricted(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
     # A server on a network address is restricted by default; on loopback this setting
     # makes it so (the rules are the same: test_outbound_policy covers the choice).
     return server_factory(outbound_policy="restricted")
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def call(http: aiohttp.ClientSession, srv: ServerProcess, method: str, arg: Any) -> tuple[int, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -19,12 +19,6 @@ from tidings.settings import Settings
 from .conftest import ServerProcess, admin_api, free_port
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def as_(http: aiohttp.ClientSession, srv: ServerProcess, token: str, method: str, arg: Any) -> Any:

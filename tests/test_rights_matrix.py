@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +36,6 @@ def documented() -> set[str]:
 def test_every_method_has_a_row_in_the_rights_table() -> None:
     assert set(METHODS) - documented() == set()
     assert documented() - set(METHODS) == set()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 class World:

@@ -55,12 +55,6 @@ async def clients(prosody: Prosody) -> AsyncIterator[Callable[..., Any]]:
         await c.close()
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
 async def online(client: Client) -> None:
     """Wait until the component answers (it connects after the server starts)."""
     async def ok() -> bool:

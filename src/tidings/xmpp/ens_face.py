@@ -52,9 +52,7 @@ async def subscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Elemen
     if info is None:
         info = el.find(f"{{{ENS}}}auth-info")
     orch = face.broker.orchestrator
-    already = [s for s in orch.subscriptions.values()
-               if s.subscriber == caller.name and s.namespace == namespace and s.endpoint == endpoint]
-    if not already:
+    if not own_subscriptions(face, caller.name, namespace, endpoint):
         (res,) = await orch.register_subscriptions(caller, [SubscriptionRegistration(
             namespace=namespace, endpoint=endpoint, reliable=reliable,
             authInfo=(info.text or "") if info is not None else None,
@@ -75,6 +73,12 @@ def _skip(el: ET.Element | None) -> list[int] | None:
     return [int(p) for p in parts]
 
 
+def own_subscriptions(face: XmppFace, principal: str, namespace: str, endpoint: str) -> list[int]:
+    """The ids of ``principal``'s subscriptions to ``namespace`` pushing to ``endpoint``."""
+    return [s.id for s in face.broker.orchestrator.subscriptions.values()
+            if s.subscriber == principal and s.namespace == namespace and s.endpoint == endpoint]
+
+
 async def unsubscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
     if iq["type"] != "set":
         raise StanzaError("bad-request", "unsubscribe is an iq of type set")
@@ -82,11 +86,9 @@ async def unsubscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Elem
     namespace = _event_namespace(face, jid)
     caller = await face.principal(iq["from"].full)
     endpoint = _endpoint(iq, "ens")
-    orch = face.broker.orchestrator
-    ids = [s.id for s in orch.subscriptions.values()
-           if s.subscriber == caller.name and s.namespace == namespace and s.endpoint == endpoint]
+    ids = own_subscriptions(face, caller.name, namespace, endpoint)
     if ids:
-        await orch.delete_subscriptions(caller, ids)
+        await face.broker.orchestrator.delete_subscriptions(caller, ids)
     return ET.Element(f"{{{ENS}}}unsubscribed", {"jid": jid or ""})
 
 

@@ -15,6 +15,7 @@ import msgspec
 
 from ..core import ens
 from ..core.wire import Event, SubscriptionRegistration
+from .ens_face import own_subscriptions
 from .payload import PayloadError, from_xml
 from .stanzas import DISCO_INFO, DISCO_ITEMS, ENS, PING, PUBSUB, PUBSUB_EVENT, StanzaError, error_of_item
 
@@ -97,10 +98,9 @@ async def _subscribe(face: XmppFace, iq: slixmpp.Iq, node: str, target: str) -> 
         await face.entity_publication(node)
     endpoint = f"xmpp:{target}?pubsub"
     orch = face.broker.orchestrator
-    subs = [s for s in orch.subscriptions.values()
-            if s.subscriber == caller.name and s.namespace == node and s.endpoint == endpoint]
+    subs = own_subscriptions(face, caller.name, node, endpoint)
     if subs:
-        sub_id = subs[0].id
+        sub_id = subs[0]
     else:
         (res,) = await orch.register_subscriptions(caller, [SubscriptionRegistration(
             namespace=node, endpoint=endpoint, reliable=False,
@@ -120,8 +120,7 @@ async def _unsubscribe(face: XmppFace, iq: slixmpp.Iq, node: str, target: str) -
     caller = await face.principal(iq["from"].full)
     endpoint = f"xmpp:{target}?pubsub"
     orch = face.broker.orchestrator
-    ids = [s.id for s in orch.subscriptions.values()
-           if s.subscriber == caller.name and s.namespace == node and s.endpoint == endpoint]
+    ids = own_subscriptions(face, caller.name, node, endpoint)
     if not ids:
         raise StanzaError("unexpected-request" if node in orch.publications else "item-not-found",
                           f"not subscribed to {node!r}")
