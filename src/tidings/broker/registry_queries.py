@@ -1,0 +1,139 @@
+"""The ICRC-72 queries of the registry (``icrc72_get_*``): publications, publishers,
+subscribers, subscriptions and broadcasters with their statistics, paged.
+
+A base of :class:`~tidings.broker.orchestrator.Orchestrator`, which holds the registry
+these read; kept apart so that the orchestrator's module holds the rules that change it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from ..core import config as cfg
+from ..core.namespaces import is_pattern
+from ..core.wire import (
+    BroadcasterInfo,
+    InfoQuery,
+    PublicationInfo,
+    PublisherInfo,
+    SubscriberInfo,
+    SubscriptionInfo,
+    SubscriptionQuery,
+)
+from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
+
+__all__ = ["RegistryQueries"]
+
+DEFAULT_TAKE = 100
+MAX_TAKE = 1000
+
+
+def _take(take: int | None) -> int:
+    return DEFAULT_TAKE if take is None else max(0, min(take, MAX_TAKE))
+
+
+def _stats_map(stats: dict[str, int], wanted: list[str] | None) -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for k, v in stats.items():
+        if wanted is None or any(k == w or (w.endswith(":") and k.startswith(w)) for w in wanted):
+            out.append((k, {"Nat": v}))
+    return out
+
+
+class RegistryQueries:
+    # Held by the Orchestrator; declared here for the queries that read them.
+    _store: Store
+    _broadcaster_id: str
+    listener: Any
+    publications: dict[str, PublicationRecord]
+    publishers: dict[str, set[str]]
+    subscriptions: dict[int, SubscriptionRecord]
+    sub_configs: dict[int, cfg.SubscriptionConfig]
+
+    def require_namespaces(self, namespaces: Iterable[str]) -> None:
+        raise NotImplementedError
+
+    async def get_publications(self, q: InfoQuery) -> list[PublicationInfo]:
+        names = sorted(ns for ns in self.publications if q.prev is None or ns > q.prev)[: _take(q.take)]
+        out = []
+        for ns in names:
+            stats = {"icrc72:publication:stats:publishers": len(self.publishers.get(ns, ())),
+                     "icrc72:publication:stats:events": 0,
+                     "icrc72:publication:stats:events:sent": 0,
+                     "icrc72:publication:stats:notifications": 0,
+                     "icrc72:publication:stats:confirmations": 0}
+            stats.update(await self._store.stats("publication", ns))
+            upto = self.listener.sent_position(ns) if self.listener is not None else None
+            stats["icrc72:publication:stats:events:sent"] = await self._store.count_events(ns, upto)
+            out.append(PublicationInfo(
+                namespace=ns, config=cfg.public_config(self.publications[ns].config),
+                stats=_stats_map(stats, q.statsFilter),
+            ))
+        return out
+
+    async def get_publishers(self, q: InfoQuery) -> list[PublisherInfo]:
+        counts: dict[str, int] = defaultdict(int)
+        for principals in self.publishers.values():
+            for p in principals:
+                counts[p] += 1
+        names = sorted(p for p in counts if q.prev is None or p > q.prev)[: _take(q.take)]
+        out = []
+        for p in names:
+            stats = {"icrc72:publisher:stats:publications": counts[p],
+                     "icrc72:publisher:stats:cyclesReceived": 0,
+                     "icrc72:publisher:stats:events": 0}
+            stats.update(await self._store.stats("publisher", p))
+            out.append(PublisherInfo(publisher=p, stats=_stats_map(stats, q.statsFilter)))
+        return out
+
+    async def get_subscribers(self, q: InfoQuery) -> list[SubscriberInfo]:
+        total: dict[str, int] = defaultdict(int)
+        active: dict[str, int] = defaultdict(int)
+        for s in self.subscriptions.values():
+            total[s.subscriber] += 1
+            active[s.subscriber] += not self.sub_configs[s.id].stopped
+        known = set(total) | set(await self._store.stat_keys("subscriber"))
+        names = sorted(p for p in known if q.prev is None or p > q.prev)[: _take(q.take)]
+        out = []
+        for p in names:
+            stats = {"icrc72:subscriber:stats:subscriptions": total[p],
+                     "icrc72:subscriber:stats:subscriptions:active": active[p],
+                     "icrc72:subscriber:stats:notifications": 0,
+                     "icrc72:subscriber:stats:confirmations": 0,
+                     "icrc72:subscriber:stats:cyclesPaid": 0,
+                     "icrc76:subscriber:stats:requests": 0}
+            stats.update(await self._store.stats("subscriber", p))
+            out.append(SubscriberInfo(subscriber=p, stats=_stats_map(stats, q.statsFilter)))
+        return out
+
+    async def get_subscriptions(self, caller: PrincipalRecord, q: SubscriptionQuery) -> list[SubscriptionInfo]:
+        if q.namespace is not None and not is_pattern(q.namespace):
+            self.require_namespaces([q.namespace])
+        ids = sorted(
+            i for i, s in self.subscriptions.items()
+            if (q.prev is None or i > q.prev) and (q.namespace is None or s.namespace == q.namespace)
+        )[: _take(q.take)]
+        out = []
+        for i in ids:
+            s = self.subscriptions[i]
+            stats = {"icrc72:subscription:stats:notifications": 0,
+                     "icrc72:subscription:stats:confirmations": 0,
+                     "icrc72:subscription:stats:cyclesPaid": 0,
+                     "icrc76:subscription:stats:requests": 0}
+            stats.update(await self._store.stats("subscription", str(i)))
+            # Endpoints may embed secrets: only the subscriber and admins see them.
+            visible = caller.admin or caller.name == s.subscriber
+            out.append(SubscriptionInfo(
+                id=i, subscriber=s.subscriber, namespace=s.namespace,
+                endpoint=s.endpoint if visible else None, mode=s.mode, config=s.config,
+                stats=_stats_map(stats, q.statsFilter),
+            ))
+        return out
+
+    async def get_broadcasters(self, q: InfoQuery) -> list[BroadcasterInfo]:
+        if (q.prev is not None and q.prev >= self._broadcaster_id) or _take(q.take) == 0:
+            return []
+        stats = await self._store.stats("broadcaster", self._broadcaster_id)
+        return [BroadcasterInfo(broadcaster=self._broadcaster_id, stats=_stats_map(stats, q.statsFilter))]
