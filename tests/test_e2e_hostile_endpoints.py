@@ -30,6 +30,7 @@ class Hostile:
         self.servers: list[asyncio.AbstractServer] = []
         self.black_hole = socket.socket()
         self.urls: list[str] = []
+        self.writers: list[asyncio.StreamWriter] = []  # closed at the end: no socket left to the GC
 
     async def start(self) -> None:
         # Never accepts: connections pile up in a full backlog.
@@ -38,11 +39,13 @@ class Hostile:
         self.urls.append(f"http://127.0.0.1:{self.black_hole.getsockname()[1]}/")
 
         async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.writers.append(writer)
             with contextlib.suppress(Exception):
                 await reader.read(65536)
                 await asyncio.sleep(3600)  # reads the request, never answers
 
         async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.writers.append(writer)
             with contextlib.suppress(Exception):
                 await reader.read(65536)
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -60,6 +63,13 @@ class Hostile:
         self.black_hole.close()
         for srv in self.servers:
             srv.close()
+        for w in self.writers:
+            w.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(w.wait_closed(), 1)
+        for srv in self.servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(srv.wait_closed(), 2)
 
 
 def fds(pid: int) -> int:

@@ -36,12 +36,20 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(
     # positive_data_acceptance is left out: rules a JSON Schema cannot state (a model
     # must parse, a name must be free) rightly answer a schema-valid body with a
     # documented 400.
-    out = subprocess.run(
-        [_schemathesis(), "run", f"{server.url}/openapi.json", "-H", f"Authorization: Bearer {token}",
-         "--checks", "all", "--exclude-checks", "positive_data_acceptance", "--max-examples", EXAMPLES,
-         "--workers", "2", "--seed", "1", "--no-color"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )
+    def run(seed: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [_schemathesis(), "run", f"{server.url}/openapi.json", "-H", f"Authorization: Bearer {token}",
+             "--checks", "all", "--exclude-checks", "positive_data_acceptance", "--max-examples", EXAMPLES,
+             "--workers", "1", "--seed", str(seed), "--no-color"],
+            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        )
+
+    out = run(1)
+    if out.returncode != 0 and "Failures:" not in out.stdout and "Runtime Error" in out.stdout:
+        # An error inside the fuzzer itself (seen once: CPython 3.11's "AST constructor
+        # recursion depth mismatch" while hypothesis built a strategy), no finding about the
+        # server: one more run with another seed, which must then be clean.
+        out = run(2)
     report = out.stdout[-6000:] + out.stderr[-2000:]
     assert out.returncode == 0, report
     log = (server.data_dir / "server.log").read_text()
