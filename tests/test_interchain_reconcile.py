@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -10,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
+import nats.js.errors
 import redis.asyncio as aioredis
 
 from tidings.client import Publisher
-from tidings.core.interchain import DltPublish
+from tidings.core.interchain import DltPublish, global_id
 from tidings.interchain import NetworkContext
-from tidings.interchain.adapters import BrokerNetwork, DltNetwork, RedisStreamNetwork
+from tidings.interchain.adapters import BrokerNetwork, DltNetwork, JetStreamNetwork, Network, RedisStreamNetwork
 from tidings.interchain.reconcile import reconcile
 from tidings.interchain.state import SQLiteState
 
@@ -78,3 +81,77 @@ async def test_reconcile_finds_and_repairs_differences(spark: Any, tmp_path: Pat
         await state.close()
         await r.delete(stream)
         await r.aclose()
+
+
+def _at(location: str, n: str) -> dict[str, Any]:
+    return {**event(n), "dataLocation": location}
+
+
+# Global ids that need escaping, the escape first, in the middle, last, alone; and one
+# event present everywhere but spelled differently on each network.
+_ONLY = {
+    "A": ["https://m.example/e/1?hl=%20lead", "https://m.example/e/2?x=1&hl=mid+dle&y=2"],
+    "R": ["https://m.example/e/3?hl=trail%26", "https://m.example/e/4?h%6C=100%"],
+    "J": ["https://m.example/e/5?hl=%EF%BF%BD", "https://m.example/e/6?hl=a%3Db%23c#frag"],
+    "T": ["https://m.example/e/7?hl=%C3%A9", "https://m.example/e/8?hl=&hl=%27%22%5C%60"],
+}
+_SAME = {"A": "https://m.example/s?h%6C=caf%C3%A9%20x", "R": "https://m.example/s?hl=caf%c3%a9%20x",
+         "J": "https://m.example/s?x=1&hl=caf%C3%A9+x#f", "T": "https://m.example/s?hl=café+x"}
+
+
+async def test_reconcile_twice_republishes_nothing_with_escaped_ids(spark: Any, tmp_path: Path,
+                                                                     server: ServerProcess) -> None:
+    """Escaped ids agree between the reconciler's Spark side (the broker read by Spark) and
+    its Python side (the other networks), so a second run finds nothing missing anywhere."""
+    tag = uuid.uuid4().hex[:10]
+    stream, js_stream, js_subject = f"test:dlt:{tag}", f"TEST_REC_{tag}", f"test.rec.{tag}"
+    r = aioredis.Redis()
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    a = DltTestNetwork("A")
+    await a.start()
+    state = SQLiteState(tmp_path / "state.db")
+    await state.open()
+    ctx = NetworkContext(public_url="http://127.0.0.1:1", state=state)
+    namespace = f"dlt.rec{tag}"
+    networks: dict[str, Network] = {
+        "A": DltNetwork("A", {"url": a.url}, ctx),
+        "R": RedisStreamNetwork("R", {"stream": stream}, ctx),
+        "J": JetStreamNetwork("J", {"stream": js_stream, "subject": js_subject}, ctx),
+        "T": BrokerNetwork("T", {"url": server.url, "token": server.admin_token, "data_dir": str(server.data_dir),
+                                 "namespace": namespace}, ctx),
+    }
+    try:
+        for n in networks.values():
+            await n.open()
+        for name, net in networks.items():
+            for i, loc in enumerate([*_ONLY[name], _SAME[name]]):
+                await net.publish(msgspec.convert(_at(loc, f"{name}{i}"), DltPublish))
+
+        everything = {global_id(loc) for locs in _ONLY.values() for loc in locs} | {"café x"}
+        assert len(everything) == 9 and len({global_id(loc) for loc in _SAME.values()}) == 1
+
+        first = await reconcile(list(networks.values()), state, spark)
+        assert first.total == 9
+        for rep in first.networks:
+            lacks = everything - {"café x"} - {global_id(loc) for loc in _ONLY[rep.name]}
+            assert (rep.events, set(rep.missing), set(rep.fixed), rep.error) == (3, lacks, lacks, None), rep
+
+        counts = {name: len(await net.events()) for name, net in networks.items()}
+        assert counts == dict.fromkeys(networks, 9)
+        for name, net in networks.items():
+            assert {global_id(n.dataLocation) for n in await net.events()} == everything, name
+
+        again = await reconcile(list(networks.values()), state, spark)
+        assert [(n.name, n.events, n.missing, n.fixed, n.error) for n in again.networks] == [
+            (name, 9, [], [], None) for name in networks]
+        assert {name: len(await net.events()) for name, net in networks.items()} == counts
+    finally:
+        for n in networks.values():
+            await n.close()
+        await a.close()
+        await state.close()
+        await r.delete(stream)
+        await r.aclose()
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await nc.jetstream().delete_stream(js_stream)
+        await nc.close()

@@ -2,10 +2,10 @@
 
 The wire types of the DLT Adapter API (REFERENCE §4) and the rules the distributor
 applies to them: the global id of an event (the ``hl`` query parameter of its
-``dataLocation``), matching an event against a subscription of interest (``"*"`` matches
-every type), stripping the ``network`` parameter, and turning a notification back into
-the publish body it came from. Shared by the live distributor and the Spark
-reconciliation job.
+``dataLocation``, derived in :mod:`tidings.core.global_id`), matching an event against a
+subscription of interest (``"*"`` matches every type), stripping the ``network``
+parameter, and turning a notification back into the publish body it came from. Shared
+by the live distributor and the Spark reconciliation job.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from typing import Annotated
 
 import msgspec
 from msgspec import Meta, Struct
+
+from .global_id import GlobalIdError
+from .global_id import global_id as _global_id
 
 __all__ = [
     "ANY_TYPE",
@@ -38,7 +41,6 @@ ANY_TYPE = "*"
 _HASH = r"^0x[0-9a-fA-F]{64}$"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#]+[^\s]*$")
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
-_PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
 
 
 class InvalidEvent(ValueError):
@@ -91,21 +93,13 @@ class NetworkNotification(EventNotification, kw_only=True):
     network: str | None = None
 
 
-def _percent_decode(s: str) -> str:
-    raw = s.replace("+", " ").encode()
-    return _PCT.sub(lambda m: bytes.fromhex(m.group(1).decode()), raw).decode("utf-8", "replace")
-
-
 def global_id(data_location: str) -> str:
-    """The global id of an event: the (decoded) ``hl`` query parameter of ``dataLocation``."""
-    query = data_location.split("#", 1)[0].partition("?")[2]
-    for part in query.split("&"):
-        key, _, value = part.partition("=")
-        if _percent_decode(key) == "hl":
-            hl = _percent_decode(value)
-            if hl:
-                return hl
-    raise InvalidEvent(f"dataLocation has no hl parameter: {data_location[:200]!r}", code="missing_global_id")
+    """The global id of an event: the percent-decoded ``hl`` query parameter of
+    ``dataLocation``, by the one rule of :mod:`tidings.core.global_id`."""
+    try:
+        return _global_id(data_location)
+    except GlobalIdError as e:
+        raise InvalidEvent(str(e), code=e.code) from None
 
 
 def validate_publish(body: DltPublish) -> str:

@@ -12,7 +12,7 @@ of the adapters and a health view.
   and how many events wait in it.
 
 Errors: ``{"error": {"code", "message"}}`` with ``400 malformed_json``,
-``400 invalid_argument``, ``400 missing_global_id``.
+``400 invalid_argument``, ``400 missing_global_id``, ``400 invalid_global_id``.
 """
 
 from __future__ import annotations

@@ -170,12 +170,13 @@ class BrokerNetwork(Network):
             return None
         from pyspark.sql import functions as F
 
+        from ...pipeline.global_id import global_id_column
         from ...pipeline.session import prepare
 
         prepare(spark)
         df = (spark.read.format("tidings").schema("namespace string, id long, data_json string")
               .load(self.data_dir).where(F.col("namespace") == self.namespace))
         return df.select(
-            F.expr("parse_url(get_json_object(data_json, '$.dataLocation'), 'QUERY', 'hl')").alias("gid"),
+            global_id_column(F.get_json_object("data_json", "$.dataLocation")).alias("gid"),
             F.col("data_json").alias("payload"),
         ).where(F.col("gid").isNotNull())
