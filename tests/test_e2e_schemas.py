@@ -351,3 +351,25 @@ async def test_sdk_and_cli(server: ServerProcess) -> None:
     assert json.loads(server.cli("schema", "retention", "2", "60", *base))["retention_s"] == 60
     assert "state" in server.cli("schema", "history", "2", *base)
     assert server.cli("schema", "retract", "2", *base) == "retracted 1 schema(s)"
+
+
+@pytest.mark.parametrize("setting", [None, "1"])
+async def test_format_is_an_annotation_unless_asked_for(server_factory: Any, setting: str | None) -> None:
+    """2020-12: a publish with a bad ``email`` passes, unless the schema's $vocabulary or
+    TIDINGS_SCHEMA_FORMAT_ASSERTION makes ``format`` an assertion (docs/schemas.md)."""
+    server = server_factory(**({"schema_format_assertion": setting} if setting else {}))
+    plain = {"type": "object", "properties": {"email": {"type": "string", "format": "email"}}}
+    asking = {**plain, "$vocabulary": {"https://json-schema.org/draft/2020-12/vocab/core": True,
+                                       "https://json-schema.org/draft/2020-12/vocab/format-assertion": True}}
+    async with aiohttp.ClientSession() as http:
+        api = Api(http, server, server.admin_token)
+        ids = [(await api.register(m))["Ok"]["id"] for m in (plain, asking)]
+        await api("icrc72_register_publication", [
+            {"namespace": f"fmt.n{i}", "config": [["tidings:publication:schema", {"Nat": sid}]]}
+            for i, sid in enumerate(ids)
+        ])
+        bad = {"Map": [["email", {"Text": "not an address"}]]}
+        plain_result, asking_result = await api("icrc72_publish", [
+            {"namespace": "fmt.n0", "data": bad}, {"namespace": "fmt.n1", "data": bad}])
+    assert ("Ok" in plain_result) == (setting is None), plain_result
+    assert asking_result["Err"]["GenericError"]["error_code"] == 2

@@ -442,7 +442,8 @@ ORDER = js(
         (wire_map(amount={"Int": -5}), Violation("$.amount", "-5 is less than the minimum of 0")),
         (wire_map(amount={"Float": 1.5}), Violation("$.amount", '1.5 is not of type "integer"')),
         (wire_map(), Violation("$", '"amount" is a required property')),
-        (wire_map(amount={"Nat": 1}, email={"Text": "nope"}), Violation("$.email", '"nope" is not a "email"')),
+        # 2020-12 (no $schema): "format" is an annotation (see test_format_assertion_follows_the_draft).
+        (wire_map(amount={"Nat": 1}, email={"Text": "nope"}), None),
         (
             wire_map(amount={"Nat": 1}, items={"Array": [wire_map(name={"Text": "a"}), wire_map(), wire_map()]}),
             Violation("$.items[1]", '"name" is a required property'),
@@ -460,6 +461,62 @@ ORDER = js(
 )
 def test_json_validation(data: Any, violation: Violation | None) -> None:
     assert ORDER.validate(data) == violation
+
+
+_DRAFT_URIS = {
+    "draft-04": "http://json-schema.org/draft-04/schema#",
+    "draft-06": "http://json-schema.org/draft-06/schema#",
+    "draft-07": "http://json-schema.org/draft-07/schema#",
+    "2019-09": "https://json-schema.org/draft/2019-09/schema",
+    "2020-12": "https://json-schema.org/draft/2020-12/schema",
+    "absent": None,
+}
+# Formats every draft since draft-04 defines.
+_FORMAT_CASES = [("email", "nope"), ("ipv4", "999.1.1.1"), ("date-time", "yesterday"), ("ipv6", "1:::2")]
+
+
+@pytest.mark.parametrize("draft", sorted(_DRAFT_URIS))
+@pytest.mark.parametrize(("fmt", "bad"), _FORMAT_CASES)
+def test_format_assertion_follows_the_draft(draft: str, fmt: str, bad: str) -> None:
+    """Up to draft-07 ``format`` is asserted; in 2019-09 and 2020-12 (and with no $schema,
+    which means 2020-12) it is an annotation unless $vocabulary or the registry asks."""
+    schema: dict[str, Any] = {"type": "object", "properties": {"f": {"type": "string", "format": fmt}}}
+    uri = _DRAFT_URIS[draft]
+    if uri is not None:
+        schema["$schema"] = uri
+    data = wire_map(f={"Text": bad})
+    asserted_by_draft = draft in ("draft-04", "draft-06", "draft-07")
+    assert (js(schema).validate(data) is not None) == asserted_by_draft
+    # The registry setting asserts formats in every draft.
+    forced = parse_model("JSON", json.dumps(schema), assert_formats=True)
+    assert forced.validate(data) is not None
+    # Always an annotation or an assertion, never a refusal of a good value.
+    good = {"email": "a@b.org", "ipv4": "10.1.2.3", "date-time": "2026-11-25T06:00:00Z", "ipv6": "::1"}
+    assert forced.validate(wire_map(f={"Text": good[fmt]})) is None
+
+
+@pytest.mark.parametrize(
+    ("draft", "vocabulary", "asserted"),
+    [
+        ("2020-12", {"https://json-schema.org/draft/2020-12/vocab/format-assertion": True}, True),
+        ("2020-12", {"https://json-schema.org/draft/2020-12/vocab/format-assertion": False}, True),
+        ("2020-12", {"https://json-schema.org/draft/2020-12/vocab/format-annotation": True}, False),
+        ("2019-09", {"https://json-schema.org/draft/2019-09/vocab/format": True}, True),
+        ("2019-09", {"https://json-schema.org/draft/2019-09/vocab/format": False}, False),
+    ],
+)
+def test_format_vocabulary_asks_for_assertion(draft: str, vocabulary: dict[str, bool], asserted: bool) -> None:
+    schema = {
+        "$schema": _DRAFT_URIS[draft],
+        "$vocabulary": vocabulary,
+        "properties": {"f": {"type": "string", "format": "email"}},
+    }
+    model = js(schema)
+    assert (model.validate(wire_map(f={"Text": "nope"})) is not None) == asserted
+    # The choice survives pickling (Spark ships models to executors that way).
+    assert (pickle.loads(pickle.dumps(model)).validate(wire_map(f={"Text": "nope"})) is not None) == asserted
+    forced = pickle.loads(pickle.dumps(parse_model("JSON", json.dumps(schema), assert_formats=True)))
+    assert forced.validate(wire_map(f={"Text": "nope"})) is not None
 
 
 def test_json_violation_paths_quote_odd_keys() -> None:

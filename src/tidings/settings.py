@@ -129,6 +129,11 @@ class Settings:
     answer_max_bytes: int = 16_384
     """Most bytes of a push's answer that are read; the rest is dropped with the connection."""
 
+    schema_format_assertion: bool = False
+    """JSON Schema ``format`` is an assertion in every draft (docs/schemas.md). Off, it
+    follows the draft: asserted up to draft-07, an annotation in 2019-09 and 2020-12 unless
+    the schema's ``$vocabulary`` asks for format assertion."""
+
     xmpp_component: str = ""
     """The XMPP component's domain (e.g. ``tidings.example.org``); empty: no XMPP face
     (docs/xmpp.md). Needs the ``xmpp`` extra."""
@@ -201,6 +206,11 @@ def _parse(name: str, typ: Any, raw: str) -> Any:
             return float(raw)
         if kind == "Path":
             return Path(raw)
+        if kind == "bool":
+            return _BOOLS[raw.strip().lower()]
         return raw
-    except ValueError:
+    except (ValueError, KeyError):
         raise ConfigError(f"TIDINGS_{name.upper()}={raw!r} is not a valid {kind}") from None
+
+
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}

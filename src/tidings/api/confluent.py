@@ -24,7 +24,7 @@ from ..core.wire_schemas import (
     SchemaVersionInfo,
 )
 from ..errors import BadRequest
-from ..schemas.formats import MalformedSchema, parse_model
+from ..schemas.formats import MalformedSchema
 from ..store import SchemaRecord, SchemaVersion
 from ._confluent_router import Call, Handler, Raw, Router, page
 from ._confluent_wire import (
@@ -215,7 +215,7 @@ class _Face:
         body = await self._schema_body(c)
         vs = self._versions(subject)
         try:
-            m = parse_model(body.schema_type or "AVRO", body.schema)
+            m = self.reg.parse(body.schema_type or "AVRO", body.schema)
         except MalformedSchema as e:
             raise ConfluentError.invalid_schema(f"Invalid schema: {e.message}") from None
         key = (str(m.format), m.canonical)

@@ -72,7 +72,7 @@ class Broker:
         self.signing = Signing(store, self.orchestrator, settings)
         self.orchestrator.on_subscription_created = self.signing.subscription_created
         self.delivery.signer = self.signing.sign
-        self.schemas = SchemaRegistry(store)
+        self.schemas = SchemaRegistry(store, assert_formats=settings.schema_format_assertion)
         self.binder = SchemaBinder(self.schemas)
         self.broadcaster.schemas = self.binder
         self.orchestrator.schema_problem = self._schema_problem

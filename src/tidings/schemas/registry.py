@@ -59,8 +59,12 @@ def _issue(i: Any, versions: Sequence[int]) -> CompatibilityIssue:
 
 
 class SchemaRegistry:
-    def __init__(self, store: Store, *, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self, store: Store, *, assert_formats: bool = False, clock: Callable[[], int] = time.time_ns
+    ) -> None:
         self._store = store
+        self.assert_formats = assert_formats
+        """``format`` asserted in every JSON Schema draft (``TIDINGS_SCHEMA_FORMAT_ASSERTION``)."""
         self._clock = clock
         self._lock = asyncio.Lock()
         self.schemas: dict[int, SchemaRecord] = {}
@@ -74,6 +78,10 @@ class SchemaRegistry:
         self.limits = rules.DEFAULT_LIMITS
         self.generation = 0
         """Bumped on every change, so what is derived from the registry knows to refresh."""
+
+    def parse(self, fmt: str, text: str) -> Model:
+        """``parse_model`` with this registry's options; MalformedSchema when not well formed."""
+        return parse_model(fmt, text, assert_formats=self.assert_formats)
 
     # -- loading and indexes ------------------------------------------------------------
 
@@ -113,7 +121,7 @@ class SchemaRegistry:
         m = self._models.get(schema_id)
         if m is None:
             r = self.schemas[schema_id]
-            m = self._models[schema_id] = parse_model(r.format, r.model)
+            m = self._models[schema_id] = self.parse(r.format, r.model)
         return m
 
     def count(self) -> int:
@@ -147,7 +155,7 @@ class SchemaRegistry:
         if size > self.limits.max_size:
             return schema_err("SchemaTooLarge", f"the model is {size} bytes; the maximum is {self.limits.max_size}")
         try:
-            model = parse_model(item.format, item.model)
+            model = self.parse(item.format, item.model)
         except MalformedSchema as e:
             return schema_err("MalformedSchema", str(e))
         fmt = str(model.format)
@@ -244,7 +252,7 @@ class SchemaRegistry:
         """Would ``text`` be accepted as the next version of ``name`` (or against one
         ``version`` only)? Raises BadRequest when the model is malformed."""
         try:
-            model = parse_model(fmt, text)
+            model = self.parse(fmt, text)
         except MalformedSchema as e:
             raise BadRequest(str(e), code="malformed_schema") from None
         if version is None:

@@ -23,14 +23,29 @@ class Draft:
     order: int
     """Position in time, so rules can say "draft-07 and earlier"."""
 
-    def validator(self, schema: Any) -> jsonschema_rs.Validator:
-        """A compiled validator with tidings' options: formats are asserted, nothing is fetched.
+    def validator(self, schema: Any, *, assert_formats: bool = False) -> jsonschema_rs.Validator:
+        """A compiled validator; nothing is ever fetched. ``format`` is asserted as
+        :meth:`formats_asserted` says, or always when ``assert_formats`` (the registry's
+        ``TIDINGS_SCHEMA_FORMAT_ASSERTION``)."""
+        asserted = assert_formats or self.formats_asserted(schema)
+        return self.compiled(schema, validate_formats=asserted, offline=True)
 
-        Formats are asserted in every draft (2019-09 and later make them annotations by
-        default) because a registry that accepts ``"format": "email"`` and then lets any
-        string through surprises its users; Confluent's JSON Schema support asserts them too.
-        """
-        return self.compiled(schema, validate_formats=True, offline=True)
+    def formats_asserted(self, schema: Any) -> bool:
+        """Whether this draft, for this schema, makes ``format`` an assertion.
+
+        Draft-04 to draft-07 let a validator assert formats, and tidings always has (users
+        of those drafts expect it). 2019-09 and 2020-12 make ``format`` an annotation unless
+        the format-assertion vocabulary is asked for: tidings reads ``$vocabulary`` at the
+        schema's root (2020-12: the ``format-assertion`` vocabulary listed, required or
+        not, since tidings knows it; 2019-09: the ``format`` vocabulary set to true)."""
+        if self.order <= 7:
+            return True
+        vocab = schema.get("$vocabulary") if isinstance(schema, dict) else None
+        if not isinstance(vocab, dict):
+            return False
+        if self.order == 2019:
+            return vocab.get(_FORMAT_2019) is True
+        return _FORMAT_ASSERTION_2020 in vocab
 
     @property
     def ref_overrides_siblings(self) -> bool:
@@ -47,6 +62,9 @@ class Draft:
         """In draft-04, ``exclusiveMinimum``/``exclusiveMaximum`` are booleans modifying the bound."""
         return self.order == 4
 
+
+_FORMAT_2019: Final = "https://json-schema.org/draft/2019-09/vocab/format"
+_FORMAT_ASSERTION_2020: Final = "https://json-schema.org/draft/2020-12/vocab/format-assertion"
 
 _DRAFT4: Final = Draft("draft-04", jsonschema_rs.Draft4Validator, jsonschema.Draft4Validator, 4)
 _DRAFT6: Final = Draft("draft-06", jsonschema_rs.Draft6Validator, jsonschema.Draft6Validator, 6)

@@ -25,9 +25,9 @@ def _check_meta(schema: Any, draft: Draft) -> None:
         raise MalformedSchema(f"{error.json_path}: {error.message}")
 
 
-def _compile(schema: Any, draft: Draft) -> jsonschema_rs.Validator:
+def _compile(schema: Any, draft: Draft, assert_formats: bool) -> jsonschema_rs.Validator:
     try:
-        return draft.validator(schema)
+        return draft.validator(schema, assert_formats=assert_formats)
     except jsonschema_rs.ValidationError as e:
         if isinstance(e.kind, jsonschema_rs.ValidationErrorKind.Referencing):
             raise MalformedSchema(
@@ -41,18 +41,19 @@ def _compile(schema: Any, draft: Draft) -> jsonschema_rs.Validator:
 class JsonModel(Model):
     """A JSON Schema (draft-04 to 2020-12), compiled once by ``jsonschema_rs``."""
 
-    __slots__ = ("_is_valid", "_validator", "draft", "schema")
+    __slots__ = ("_is_valid", "_validator", "assert_formats", "draft", "schema")
 
     format = SchemaFormat.JSON
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, assert_formats: bool = False) -> None:
         schema = load_json(text)
         draft = draft_of(schema)
         try:
             _check_meta(schema, draft)
         except RecursionError:
             raise MalformedSchema("the schema nests too deeply to be checked") from None
-        self._validator = _compile(schema, draft)
+        self._validator = _compile(schema, draft, assert_formats)
+        self.assert_formats = assert_formats
         self._is_valid = self._validator.is_valid
         self.schema: Any = schema
         self.draft = draft
@@ -68,9 +69,9 @@ class JsonModel(Model):
             return Violation(instance_path(error.instance_path), error.message)
         return None
 
-    def __reduce__(self) -> tuple[type[JsonModel], tuple[str]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, bool]]:
         # The compiled validator cannot be pickled; the text rebuilds everything.
-        return JsonModel, (self.text,)
+        return _rebuild, (self.text, self.assert_formats)
 
     def _reading_issues(self, writer: Model, *, reader_is_new: bool) -> list[Incompatibility]:
         if not isinstance(writer, JsonModel):
@@ -78,3 +79,7 @@ class JsonModel(Model):
         return _json_compat.reading_issues(
             self.schema, self.draft, writer.schema, writer.draft, reader_is_new=reader_is_new
         )
+
+
+def _rebuild(text: str, assert_formats: bool) -> JsonModel:
+    return JsonModel(text, assert_formats=assert_formats)

@@ -9,7 +9,7 @@ from ._model import MalformedSchema, Model, SchemaFormat
 __all__ = ["parse_model"]
 
 
-def parse_model(format: SchemaFormat | str, text: str) -> Model:
+def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool = False) -> Model:
     """Parse and check a schema; ``MalformedSchema`` says what is wrong and where.
 
     JSON Schema: the text must be JSON and valid against the meta-schema ``$schema`` names
@@ -20,7 +20,7 @@ def parse_model(format: SchemaFormat | str, text: str) -> Model:
     fmt = format if isinstance(format, SchemaFormat) else SchemaFormat.parse(format)
     try:
         if fmt is SchemaFormat.JSON:
-            return JsonModel(text)
+            return JsonModel(text, assert_formats=assert_formats)
         return AvroModel(text)
     except RecursionError:
         raise MalformedSchema("the schema nests too deeply") from None
