@@ -373,3 +373,47 @@ async def test_format_is_an_annotation_unless_asked_for(server_factory: Any, set
             {"namespace": "fmt.n0", "data": bad}, {"namespace": "fmt.n1", "data": bad}])
     assert ("Ok" in plain_result) == (setting is None), plain_result
     assert asking_result["Err"]["GenericError"]["error_code"] == 2
+
+
+async def test_binding_refuses_a_schema_that_takes_no_events(api: Api) -> None:
+    """A schema publish would refuse (Retracted, Deprecated past its window, deleted, or a
+    name with no usable version) is refused when a publication binds it, itemised; one
+    retracted after binding shows in the publication's query and refuses its events."""
+    ids = [(await api.register({**ORDER, "title": f"v{i}"}, name=f"bind.s{i}"))["Ok"]["id"] for i in range(4)]
+    now = time.time_ns()
+    assert await api("update_schema_state", [
+        {"id": ids[0], "state": "Retracted"},
+        {"id": ids[1], "state": "Deprecated", "valid_from": now - 10, "valid_to": now},
+        {"id": ids[2], "state": "Deprecated", "valid_to": now + 3600 * 10**9},
+    ]) == [{"Ok": True}] * 3
+
+    def bind(ns: str, ref: Any) -> dict[str, Any]:
+        return {"namespace": ns, "config": [["tidings:publication:schema", ref]]}
+
+    results = await api("icrc72_register_publication", [
+        bind("bind.retracted", {"Nat": ids[0]}), bind("bind.expired", {"Nat": ids[1]}),
+        bind("bind.window", {"Nat": ids[2]}), bind("bind.active", {"Nat": ids[3]}),
+        bind("bind.name.retracted", {"Text": "bind.s0"}), bind("bind.name.expired", {"Text": "bind.s1"}),
+    ])
+    assert code(results[0]) == code(results[1]) == code(results[4]) == code(results[5]) == "ImproperConfig"
+    assert "Retracted" in results[0]["Err"]["ImproperConfig"]
+    assert "window has ended" in results[1]["Err"]["ImproperConfig"]
+    assert "Ok" in results[2] and "Ok" in results[3]
+    # An update to such a schema is refused the same way; the publication keeps its old one.
+    (upd,) = await api("icrc72_update_publication", [
+        {"namespace": "bind.active", "config": [["tidings:publication:schema", {"Nat": ids[0]}]]}])
+    assert code(upd) == "ImproperConfig"
+
+    async def schema_stats(ns: str) -> dict[str, Any]:
+        infos = await api("icrc72_get_publications", {"prev": None, "take": None, "statsFilter": None})
+        info = next(i for i in infos if i["namespace"] == ns)
+        return {k: v for k, v in info["stats"] if k.startswith("tidings:publication:schema:")}
+
+    assert await schema_stats("bind.active") == {"tidings:publication:schema:accepting": {"Nat": 1}}
+    # Retracted after binding: the publication stays, its events are refused, and it shows.
+    await api("update_schema_state", [{"id": ids[3], "state": "Retracted"}])
+    stats = await schema_stats("bind.active")
+    assert stats["tidings:publication:schema:accepting"] == {"Nat": 0}
+    assert "Retracted" in stats["tidings:publication:schema:refusal"]["Text"]
+    (res,) = await api("icrc72_publish", [{"namespace": "bind.active", "data": {"Map": [["amount", {"Nat": 1}]]}}])
+    assert res["Err"]["GenericError"]["error_code"] == 3

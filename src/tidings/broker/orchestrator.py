@@ -107,7 +107,9 @@ class Orchestrator(RegistryQueries):
         self.listener: RegistryListener | None = None
         self.authorizer: Authorizer | None = None
         self.schema_problem: Callable[[int | str], str | None] | None = None
-        """Why a publication may not bind this schema (unknown, deleted), or None."""
+        """Why a publication's events could not be checked against this schema now (unknown,
+        deleted, Retracted, Deprecated past its window), or None: asked when a publication
+        binds it, and by the publication queries."""
         self.on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None
         """Awaited with a new subscription and its registration's ``secret`` before its delivery starts."""
         self.publications: dict[str, PublicationRecord] = {}

@@ -8,7 +8,7 @@ these read; kept apart so that the orchestrator's module holds the rules that ch
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core import config as cfg
@@ -34,11 +34,11 @@ def _take(take: int | None) -> int:
     return DEFAULT_TAKE if take is None else max(0, min(take, MAX_TAKE))
 
 
-def _stats_map(stats: dict[str, int], wanted: list[str] | None) -> list[tuple[str, object]]:
+def _stats_map(stats: dict[str, Any], wanted: list[str] | None) -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = []
     for k, v in stats.items():
         if wanted is None or any(k == w or (w.endswith(":") and k.startswith(w)) for w in wanted):
-            out.append((k, {"Nat": v}))
+            out.append((k, {"Text": v} if isinstance(v, str) else {"Nat": v}))
     return out
 
 
@@ -51,6 +51,8 @@ class RegistryQueries:
     publishers: dict[str, set[str]]
     subscriptions: dict[int, SubscriptionRecord]
     sub_configs: dict[int, cfg.SubscriptionConfig]
+    pub_configs: dict[str, cfg.PublicationConfig]
+    schema_problem: Callable[[int | str], str | None] | None
 
     def require_namespaces(self, namespaces: Iterable[str]) -> None:
         raise NotImplementedError
@@ -67,11 +69,23 @@ class RegistryQueries:
             stats.update(await self._store.stats("publication", ns))
             upto = self.listener.sent_position(ns) if self.listener is not None else None
             stats["icrc72:publication:stats:events:sent"] = await self._store.count_events(ns, upto)
+            entries = _stats_map(stats, q.statsFilter)
+            entries.extend(_stats_map(self._schema_status(ns), q.statsFilter))
             out.append(PublicationInfo(
-                namespace=ns, config=cfg.public_config(self.publications[ns].config),
-                stats=_stats_map(stats, q.statsFilter),
+                namespace=ns, config=cfg.public_config(self.publications[ns].config), stats=entries,
             ))
         return out
+
+    def _schema_status(self, namespace: str) -> dict[str, Any]:
+        """A bound publication's schema as publishing sees it now: whether its events are
+        taken (a schema Retracted after binding refuses them all) and, if not, why."""
+        conf = self.pub_configs.get(namespace)
+        if conf is None or conf.schema is None or self.schema_problem is None:
+            return {}
+        problem = self.schema_problem(conf.schema)
+        if problem is None:
+            return {"tidings:publication:schema:accepting": 1}
+        return {"tidings:publication:schema:accepting": 0, "tidings:publication:schema:refusal": problem}
 
     async def get_publishers(self, q: InfoQuery) -> list[PublisherInfo]:
         counts: dict[str, int] = defaultdict(int)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -151,9 +152,9 @@ class Broker:
         return await self.delivery.confirm(caller, ids, self.orchestrator.subscriptions)
 
     def _schema_problem(self, ref: int | str) -> str | None:
-        if isinstance(ref, int):
-            return None if self.schemas.live(ref) is not None else f"there is no schema {ref}"
-        return None if self.schemas.versions_of(ref) else f"there is no schema named {ref!r}"
+        # The rule publish applies, asked at binding: a schema that would refuse every
+        # event (unknown, deleted, Retracted, Deprecated past its window) is refused now.
+        return self.binder.bind(ref, time.time_ns()).refused
 
     def _appended(self, events: list[StoredEvent]) -> None:
         self.metrics.events_published += len(events)
