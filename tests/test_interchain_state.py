@@ -36,9 +36,23 @@ async def test_mark_enqueues_only_when_newly_added(state: State) -> None:
     assert await state.members("publishedEvents:A") == {"g1", "g2"}
     assert await state.peek("net:A", 10) == [b"p1", b"p2"]
     assert await state.outbox_size("net:A") == 2
-    await state.pop("net:A", 1)
+    assert await state.pop("net:A", [b"p1"]) == 1
     assert await state.peek("net:A", 10) == [b"p2"]
     assert await state.peek("net:B", 10) == []
+
+
+async def test_pop_removes_only_what_was_sent_and_records_it_atomically(state: State) -> None:
+    await state.mark([Mark("notifiedEvents:s", f"g{k}", "sub:s", f"p{k}".encode()) for k in range(4)])
+    # Another sender already removed p0: nothing of ours is the head, nothing is removed.
+    assert await state.pop("sub:s", [b"x"], record="deliveredEvents:s", gids=["gx"]) == 0
+    assert await state.members("deliveredEvents:s") == set()
+    assert await state.pop("sub:s", [b"p0", b"p1", b"zz"], record="deliveredEvents:s",
+                           gids=["g0", "g1", "gz"]) == 2
+    assert await state.peek("sub:s", 10) == [b"p2", b"p3"]
+    assert await state.members("deliveredEvents:s") == {"g0", "g1"}
+    assert await state.pop("sub:s", [b"p2"]) == 1
+    assert await state.members("deliveredEvents:s") == {"g0", "g1"}
+    assert await state.outbox_size("sub:s") == 1
 
 
 async def test_concurrent_marks_of_one_id_enqueue_once(state: State) -> None:

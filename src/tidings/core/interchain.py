@@ -10,6 +10,7 @@ by the live distributor and the Spark reconciliation job.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated
 
@@ -21,12 +22,14 @@ from .global_id import global_id as _global_id
 
 __all__ = [
     "ANY_TYPE",
+    "IDEMPOTENCY_HEADER",
     "DltPublish",
     "DltSubscribe",
     "EventNotification",
     "InvalidEvent",
     "NetworkNotification",
     "global_id",
+    "idempotency_key",
     "matches",
     "notification_of",
     "publish_body_of",
@@ -37,6 +40,9 @@ __all__ = [
 
 ANY_TYPE = "*"
 """In ``eventTypes``: every event type."""
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""The header carrying :func:`idempotency_key` on every notification pushed to a consumer."""
 
 _HASH = r"^0x[0-9a-fA-F]{64}$"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#]+[^\s]*$")
@@ -100,6 +106,15 @@ def global_id(data_location: str) -> str:
         return _global_id(data_location)
     except GlobalIdError as e:
         raise InvalidEvent(str(e), code=e.code) from None
+
+
+def idempotency_key(subscription_id: str, gid: str) -> str:
+    """The key a consumer gets with the notification of event ``gid`` for subscription
+    ``subscription_id``: the same on every (re)delivery of that event to that subscription,
+    from any distributor process, and different for every other pair. ASCII, so it fits an
+    HTTP header whatever characters the global id holds."""
+    digest = hashlib.sha256(gid.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{subscription_id}.{digest}"
 
 
 def validate_publish(body: DltPublish) -> str:

@@ -15,9 +15,16 @@ notification. Direct publication (``publishEvent``) marks every network the same
 
 One worker per outbox sends its payloads in order, one at a time, retrying the head
 with back-off while the target is down: events wait for a network that is away and
-reach it in order once it is back. A payload is removed only after the target took it,
-so a crash between the two sends it again (at least once to networks; consumers are
-protected by the notified sets, which are marked before queueing).
+reach it in order once it is back. A payload is removed only after the target took it
+(compare-and-pop: only if it is still the head), so a crash between the two sends it
+again: at least once to networks, whose published sets absorb the repeat.
+
+Consumers: each notification carries an ``Idempotency-Key`` (one per subscription and
+global id, the same on every redelivery); the consumer's 2xx is recorded by removing the
+item from the outbox and adding its id to ``deliveredEvents:<sub>`` in one atomic step.
+A SIGKILL before that step sends the same notification, same key, again; after it,
+never. So a consumer that keeps the keys it has acted on (before answering 2xx) acts on
+each event exactly once (docs/interchain.md, "Exactly once to consumers").
 """
 
 from __future__ import annotations
@@ -33,10 +40,14 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ..core.interchain import (
+    IDEMPOTENCY_HEADER,
     DltPublish,
     DltSubscribe,
+    EventNotification,
     InvalidEvent,
     NetworkNotification,
+    global_id,
+    idempotency_key,
     matches,
     publish_body_of,
     strip_network,
@@ -47,7 +58,7 @@ from ..core.retry import Backoff
 from ..outbound import Outbound
 from .adapters import Network
 from .errors import NetworkUnavailable
-from .state import Mark, State, notified_set, published_set
+from .state import Mark, State, delivered_set, notified_set, published_set
 
 __all__ = ["Distributor", "Subscription"]
 
@@ -56,6 +67,7 @@ log = logging.getLogger("tidings.interchain")
 _encode = msgspec.json.Encoder().encode
 _decode_publish = msgspec.json.Decoder(DltPublish).decode
 _decode_sub = msgspec.json.Decoder(DltSubscribe).decode
+_decode_note = msgspec.json.Decoder(EventNotification).decode
 _BATCH = 100
 _SEND_BACKOFF = Backoff(initial_s=0.05, maximum_s=5.0)
 _FOLLOW_BACKOFF = Backoff(initial_s=0.2, maximum_s=5.0)
@@ -209,22 +221,27 @@ class Distributor:
 
     # -- sending ----------------------------------------------------------------------
 
-    async def _send(self, target: str, payloads: list[bytes]) -> int:
-        """Send the head of an outbox; how many of ``payloads`` (a prefix) were taken."""
+    async def _send(self, target: str, payloads: list[bytes]) -> tuple[int, list[str]]:
+        """Send the head of an outbox: how many of ``payloads`` (a prefix) were taken, and,
+        for a subscription, the global ids of those its consumer acknowledged."""
         kind, _, name = target.partition(":")
         if kind == "net":
-            return await self.networks[name].publish_many([_decode_publish(p) for p in payloads])
-        await self._notify(name, payloads[0])
-        return 1
+            return await self.networks[name].publish_many([_decode_publish(p) for p in payloads]), []
+        gid = global_id(_decode_note(payloads[0]).dataLocation)
+        sent = await self._notify(name, gid, payloads[0])
+        return 1, [gid] if sent else []
 
-    async def _notify(self, name: str, payload: bytes) -> None:
+    async def _notify(self, name: str, gid: str, payload: bytes) -> bool:
+        """Push one notification; False when the subscription is unknown (nothing sent)."""
         sub = self.subscriptions.get(name)
         if sub is None:
-            return  # unknown after a restart with a different state: nothing to send to
-        got = await self.outbound.post(sub.body.notificationEndpoint, payload, {"content-type": "application/json"},
+            return False  # unknown after a restart with a different state: nothing to send to
+        headers = {"content-type": "application/json", IDEMPOTENCY_HEADER: idempotency_key(name, gid)}
+        got = await self.outbound.post(sub.body.notificationEndpoint, payload, headers,
                                        timeout_s=self._notify_timeout, max_bytes=4096)
         if got.code != "ok":  # a short code only: the endpoint's words never travel on
             raise NetworkUnavailable(f"subscription {name}: {got.code}")
+        return True
 
     async def _drain(self, box: _Outbox) -> None:
         attempt = 0
@@ -243,7 +260,7 @@ class Distributor:
                         await box.wake.wait()
                 continue
             try:
-                done = await self._send(box.target, batch)
+                done, acked = await self._send(box.target, batch)
             except Exception as e:  # NetworkUnavailable, or a fault: never lose the outbox's task
                 attempt += 1
                 if not isinstance(e, NetworkUnavailable):
@@ -256,9 +273,12 @@ class Distributor:
             if box.failing:
                 log.warning("%s is back", box.target)
             box.failing, attempt = False, 0
+            record = delivered_set(box.target[4:]) if acked else None
             while True:
                 try:
-                    await self.state.pop(box.target, done)
+                    # The delivery record: removed from the outbox and, for a consumer,
+                    # marked delivered, in one atomic step (State.pop).
+                    await self.state.pop(box.target, batch[:done], record=record, gids=acked)
                     break
                 except Exception:  # sent but not removed: retry, or it would be sent again
                     log.warning("removing sent items of %s failed; retrying", box.target, exc_info=True)

@@ -1,9 +1,11 @@
 """A network that is a NATS JetStream stream.
 
 Config: ``kind = "jetstream"``, optional ``url`` (default ``nats://127.0.0.1:4222``),
-``stream`` (default ``DLT_EVENTS``), ``subject`` (default ``dlt.events``) and
-``durable`` (the consumer name, default ``tidings-ied-<network>``). The stream is
-created on first use if it does not exist. Messages carry the publish body as JSON; on
+``stream`` (default ``DLT_EVENTS``), ``subject`` (default ``dlt.events``),
+``durable`` (the consumer name, default ``tidings-ied-<network>``) and ``ack_wait`` (s,
+default 30: how long a message the distributor fetched but never acknowledged, because
+it died, waits before JetStream delivers it again). The stream is created on first use
+if it does not exist. Messages carry the publish body as JSON; on
 reading, ``id`` is the stream sequence, ``timestamp`` the stream's time in
 milliseconds, ``network`` this network's name. Following uses a durable pull consumer,
 acknowledging each message once the distributor has recorded it, so a restarted
@@ -37,6 +39,7 @@ class JetStreamNetwork(Network):
         self.stream = str(self.param("stream", "DLT_EVENTS"))
         self.subject = str(self.param("subject", "dlt.events"))
         self.durable = str(self.param("durable", f"tidings-ied-{self.name}"))
+        self.ack_wait = float(self.param("ack_wait", 30.0, (int, float)))
         self._nc: Any = None
         self._js: Any = None
         self._ready = False
@@ -112,9 +115,11 @@ class JetStreamNetwork(Network):
 
     async def follow(self, deliver: Deliver) -> None:
         from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import ConsumerConfig
 
         js = await self._jetstream()
-        psub = await js.pull_subscribe(self.subject, durable=self.durable, stream=self.stream)
+        psub = await js.pull_subscribe(self.subject, durable=self.durable, stream=self.stream,
+                                       config=ConsumerConfig(ack_wait=self.ack_wait))
         try:
             while True:
                 try:

@@ -1,7 +1,7 @@
 """The distributor's durable state: dedup sets, outboxes, subscriptions, cursors."""
 
-from ._base import Mark, State, notified_set, published_set
+from ._base import Mark, State, delivered_set, notified_set, published_set
 from .redis import RedisState
 from .sqlite import SQLiteState
 
-__all__ = ["Mark", "RedisState", "SQLiteState", "State", "notified_set", "published_set"]
+__all__ = ["Mark", "RedisState", "SQLiteState", "State", "delivered_set", "notified_set", "published_set"]

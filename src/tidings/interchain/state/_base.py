@@ -9,6 +9,10 @@ Four things, all keyed by name:
 * **subscriptions** of interest, by id;
 * **cursors**: how far the distributor has read a network (Redis stream id, ...).
 
+A fifth, ``deliveredEvents:<subscription>``, records what each consumer acknowledged;
+it is written by :meth:`State.pop` in the same atomic step that removes the item from
+the outbox.
+
 The one primitive that makes replication exactly-once per target is :meth:`State.mark`:
 add a global id to a set and, *only if it was not there*, append a payload to an
 outbox, atomically (Redis: one Lua script around SADD's answer; SQLite: one
@@ -22,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Mark", "State", "notified_set", "published_set"]
+__all__ = ["Mark", "State", "delivered_set", "notified_set", "published_set"]
 
 
 def published_set(network: str) -> str:
@@ -31,6 +35,11 @@ def published_set(network: str) -> str:
 
 def notified_set(subscription: str) -> str:
     return f"notifiedEvents:{subscription}"
+
+
+def delivered_set(subscription: str) -> str:
+    """The global ids the subscription's consumer has acknowledged (answered 2xx to)."""
+    return f"deliveredEvents:{subscription}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +75,16 @@ class State(ABC):
         """The first ``n`` payloads of an outbox, oldest first, without removing them."""
 
     @abstractmethod
-    async def pop(self, outbox: str, n: int) -> None:
-        """Remove the first ``n`` payloads (after they were sent)."""
+    async def pop(self, outbox: str, sent: Sequence[bytes], *, record: str | None = None,
+                  gids: Sequence[str] = ()) -> int:
+        """After sending: remove the leading payloads of ``outbox`` that are ``sent``, in
+        order, stopping at the first that differs (someone else removed it already), and
+        in the same atomic step add the ``gids`` of the removed ones (``gids[i]`` belongs
+        to ``sent[i]``) to the set ``record``. Returns how many were removed.
+
+        This is the delivery record: an item is either still at the head (it will be sent
+        again, with the same idempotency key) or gone and recorded, never one without the
+        other, whatever moment the process dies at."""
 
     @abstractmethod
     async def outbox_size(self, outbox: str) -> int: ...

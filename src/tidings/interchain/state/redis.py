@@ -19,6 +19,28 @@ if added == 1 and #KEYS > 1 then redis.call('RPUSH', KEYS[2], ARGV[2]) end
 return added
 """
 
+# Compare-and-pop: remove the leading items that are the ones sent (ARGV[2..k+1]), and
+# record their ids (ARGV[k+2..]) in the delivered set, in one step.
+_POP = """
+local k = tonumber(ARGV[1])
+local head = redis.call('LRANGE', KEYS[1], 0, k - 1)
+local n = 0
+for i = 1, #head do
+  if head[i] ~= ARGV[1 + i] then break end
+  n = i
+end
+if n > 0 then
+  redis.call('LTRIM', KEYS[1], n, -1)
+  if #KEYS > 1 then
+    for i = 1, n do
+      local gid = ARGV[1 + k + i]
+      if gid then redis.call('SADD', KEYS[2], gid) end
+    end
+  end
+end
+return n
+"""
+
 
 class RedisState(State):
     """``url`` a redis:// URL; every key starts with ``prefix`` (several distributors or
@@ -32,6 +54,7 @@ class RedisState(State):
         self.prefix = prefix
         self._r: Any = None
         self._sha = ""
+        self._pop_sha = ""
 
     async def open(self) -> None:
         try:
@@ -42,7 +65,11 @@ class RedisState(State):
         # Many deliveries at once wait for a connection instead of failing for want of one.
         pool = aioredis.BlockingConnectionPool.from_url(self.url, max_connections=64, timeout=30)
         self._r = aioredis.Redis(connection_pool=pool)
+        await self._load()
+
+    async def _load(self) -> None:
         self._sha = await self._r.script_load(_MARK)
+        self._pop_sha = await self._r.script_load(_POP)
 
     async def close(self) -> None:
         if self._r is not None:
@@ -58,7 +85,7 @@ class RedisState(State):
         try:
             return await self._mark(marks)
         except NoScriptError:  # Redis restarted or flushed its scripts: load it again
-            self._sha = await self._r.script_load(_MARK)
+            await self._load()
             return await self._mark(marks)
 
     async def _mark(self, marks: Sequence[Mark]) -> list[bool]:
@@ -78,8 +105,17 @@ class RedisState(State):
     async def peek(self, outbox: str, n: int) -> list[bytes]:
         return list(await self._r.lrange(self.key("outbox:" + outbox), 0, n - 1))
 
-    async def pop(self, outbox: str, n: int) -> None:
-        await self._r.ltrim(self.key("outbox:" + outbox), n, -1)
+    async def pop(self, outbox: str, sent: Sequence[bytes], *, record: str | None = None,
+                  gids: Sequence[str] = ()) -> int:
+        from redis.exceptions import NoScriptError
+
+        keys = [self.key("outbox:" + outbox)] + ([self.key(record)] if record is not None else [])
+        args = [len(sent), *sent, *gids]
+        try:
+            return int(await self._r.evalsha(self._pop_sha, len(keys), *keys, *args))
+        except NoScriptError:
+            await self._load()
+            return int(await self._r.evalsha(self._pop_sha, len(keys), *keys, *args))
 
     async def outbox_size(self, outbox: str) -> int:
         return int(await self._r.llen(self.key("outbox:" + outbox)))

@@ -80,10 +80,28 @@ class SQLiteState(State):
         return await self._run(lambda c: [bytes(r[0]) for r in c.execute(
             "SELECT payload FROM outbox WHERE target = ? ORDER BY seq LIMIT ?", (outbox, n))])
 
-    async def pop(self, outbox: str, n: int) -> None:
-        await self._run(lambda c: c.execute(
-            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE target = ? ORDER BY seq LIMIT ?)",
-            (outbox, n)))
+    async def pop(self, outbox: str, sent: Sequence[bytes], *, record: str | None = None,
+                  gids: Sequence[str] = ()) -> int:
+        def work(c: sqlite3.Connection) -> int:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                head = c.execute("SELECT seq, payload FROM outbox WHERE target = ? ORDER BY seq LIMIT ?",
+                                 (outbox, len(sent))).fetchall()
+                n = 0
+                for (seq, payload), want in zip(head, sent, strict=False):
+                    if bytes(payload) != want:
+                        break
+                    c.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+                    if record is not None and n < len(gids):
+                        c.execute("INSERT OR IGNORE INTO marks VALUES (?, ?)", (record, gids[n]))
+                    n += 1
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            return n
+
+        return await self._run(work)
 
     async def outbox_size(self, outbox: str) -> int:
         return await self._run(lambda c: int(c.execute(
