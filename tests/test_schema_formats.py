@@ -96,7 +96,7 @@ def test_format_names(text: str | None, expected: SchemaFormat) -> None:
 
 def test_unknown_format_and_mode() -> None:
     with pytest.raises(MalformedSchema, match="PROTOBUF"):
-        SchemaFormat.parse("PROTOBUF")
+        SchemaFormat.parse("THRIFT")
     with pytest.raises(MalformedSchema):
         parse_model("parquet", "{}")
     assert CompatibilityMode.parse("full_transitive") is CompatibilityMode.FULL_TRANSITIVE

@@ -17,8 +17,10 @@ from ..core.wire_schemas import CompatibilityIssue, SchemaErr
 from ..errors import ApiError
 
 __all__ = [
+    "IN_USE",
     "LEVELS",
     "MEDIA_TYPE",
+    "MODES",
     "REQUEST_TYPES",
     "SCHEMA_TYPES",
     "CompatibilityOut",
@@ -29,6 +31,7 @@ __all__ = [
     "IdOut",
     "LevelOut",
     "ModeBody",
+    "Reference",
     "SchemaBody",
     "SchemaOut",
     "SubjectVersionOut",
@@ -41,6 +44,7 @@ __all__ = [
     "issue_messages",
     "level",
     "parse_version",
+    "references_out",
     "schema_type_out",
 ]
 
@@ -49,7 +53,10 @@ REQUEST_TYPES = frozenset({
     "", MEDIA_TYPE, "application/vnd.schemaregistry+json", "application/json", "application/octet-stream",
 })
 """Content types accepted on request bodies ("" is a request that names none)."""
-SCHEMA_TYPES = ("AVRO", "JSON")
+SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
+MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
+IN_USE = 40960
+"""tidings' own code (HTTP 409): the delete would leave a publication without the schema it binds."""
 LEVELS = ("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE")
 _MAX_VERSION = 2**31 - 1
 
@@ -75,8 +82,39 @@ class ConfluentError(ApiError):
         return cls(404, 40403, "Schema not found" if schema_id is None else f"Schema {schema_id} not found")
 
     @classmethod
+    def subject_soft_deleted(cls, subject: str) -> ConfluentError:
+        return cls(404, 40404, f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently")
+
+    @classmethod
+    def subject_not_soft_deleted(cls, subject: str) -> ConfluentError:
+        return cls(404, 40405, f"Subject '{subject}' was not deleted first before being permanently deleted")
+
+    @classmethod
+    def version_soft_deleted(cls, subject: str, version: int) -> ConfluentError:
+        return cls(404, 40406, f"Subject '{subject}' Version {version} was soft deleted. Set permanent=true to "
+                               "delete permanently")
+
+    @classmethod
+    def version_not_soft_deleted(cls, subject: str, version: int) -> ConfluentError:
+        return cls(404, 40407, f"Subject '{subject}' Version {version} was not deleted first before being "
+                               "permanently deleted")
+
+    @classmethod
+    def no_subject_mode(cls, subject: str) -> ConfluentError:
+        return cls(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
+
+    @classmethod
     def invalid_schema(cls, message: str) -> ConfluentError:
         return cls(422, 42201, message)
+
+    @classmethod
+    def not_permitted(cls, message: str) -> ConfluentError:
+        return cls(422, 42205, message)
+
+    @classmethod
+    def references_exist(cls, subject: str, version: int, ids: list[int]) -> ConfluentError:
+        return cls(422, 42206, f"One or more references exist to the schema {{subject={subject}, version={version}}}"
+                               f": schema ids {ids}")
 
     @classmethod
     def forbidden(cls, message: str) -> ConfluentError:
@@ -87,9 +125,9 @@ class ConfluentError(ApiError):
 
 
 class Reference(msgspec.Struct):
-    name: str | None = None
-    subject: str | None = None
-    version: int | None = None
+    name: str
+    subject: str
+    version: int
 
 
 class SchemaBody(msgspec.Struct, rename="camel"):
@@ -177,6 +215,7 @@ class SubjectVersionPair(msgspec.Struct):
 class SchemaOut(msgspec.Struct, rename="camel", omit_defaults=True):
     schema: str
     schema_type: str | None = None
+    references: list[Reference] | None = None
 
 
 class SubjectVersionOut(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -185,11 +224,16 @@ class SubjectVersionOut(msgspec.Struct, rename="camel", omit_defaults=True):
     id: int
     schema: str
     schema_type: str | None = None
+    references: list[Reference] | None = None
 
 
 def schema_type_out(fmt: str) -> str | None:
     """``schemaType`` as Confluent writes it: omitted for AVRO."""
     return None if fmt == "AVRO" else fmt
+
+
+def references_out(refs: Sequence[Sequence[Any]]) -> list[Reference] | None:
+    return [Reference(str(n), str(s), int(v)) for n, s, v in refs] or None
 
 
 # -- small parsers -----------------------------------------------------------------------
@@ -263,7 +307,7 @@ def error_from(err: SchemaErr, subject: str, mode: str) -> ConfluentError:
     code = err.code
     if code == "IncompatibleSchema":
         issues = err.IncompatibleSchema if isinstance(err.IncompatibleSchema, list) else []
-        return ConfluentError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
+        return ConfluentError(409, 40901, f"Schema being registered is incompatible with an earlier schema for "
                                         f"subject \"{subject}\", details: [{', '.join(issue_messages(issues, mode))}]")
     status, error_code = _ERRORS.get(code, (500, 50001))
     detail = getattr(err, code)

@@ -23,7 +23,6 @@ import msgspec
 
 from ..core import schemas as rules
 from ..core.wire_schemas import (
-    CompatibilityConfig,
     CompatibilityIssue,
     SchemaChangeInfo,
     SchemaInfo,
@@ -43,12 +42,15 @@ from ..core.wire_schemas import (
 )
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord, SchemaChange, SchemaRecord, SchemaVersion, Store
-from .formats import CompatibilityMode, MalformedSchema, Model, check_compatibility, parse_model
+from ._subjects import SubjectOps, compat_level
+from .formats import MalformedSchema, Model, check_compatibility
+from .references import Ref, identity, parse_with_references
 
 __all__ = ["SchemaRegistry"]
 
 _LIMITS_KEY = "limits"
 _COMPAT_KEY = "compatibility:"
+_MODE_KEY = "mode"
 
 
 def _issue(i: Any, versions: Sequence[int]) -> CompatibilityIssue:
@@ -58,7 +60,7 @@ def _issue(i: Any, versions: Sequence[int]) -> CompatibilityIssue:
     )
 
 
-class SchemaRegistry:
+class SchemaRegistry(SubjectOps):
     def __init__(
         self, store: Store, *, assert_formats: bool = False, clock: Callable[[], int] = time.time_ns
     ) -> None:
@@ -73,15 +75,19 @@ class SchemaRegistry:
         self._versions: dict[str, list[SchemaVersion]] = defaultdict(list)
         self._deleted_versions: dict[str, list[int]] = defaultdict(list)
         self._names_of: dict[int, list[SchemaVersion]] = defaultdict(list)
+        self._soft: dict[str, list[SchemaVersion]] = defaultdict(list)
+        self._soft_of: dict[int, list[SchemaVersion]] = defaultdict(list)
+        self._modes: dict[str, str] = {}
         self._replaced_by: dict[int, list[int]] = defaultdict(list)
         self._compat: dict[str, str] = {}
         self.limits = rules.DEFAULT_LIMITS
         self.generation = 0
         """Bumped on every change, so what is derived from the registry knows to refresh."""
 
-    def parse(self, fmt: str, text: str) -> Model:
-        """``parse_model`` with this registry's options; MalformedSchema when not well formed."""
-        return parse_model(fmt, text, assert_formats=self.assert_formats)
+    def parse(self, fmt: str, text: str, refs: Sequence[Sequence[Any]] = ()) -> Model:
+        """``parse_model`` with this registry's options and ``refs`` resolved (``references.py``);
+        MalformedSchema when not well formed."""
+        return parse_with_references(fmt, text, refs, self.ref_target, assert_formats=self.assert_formats)
 
     # -- loading and indexes ------------------------------------------------------------
 
@@ -97,6 +103,8 @@ class SchemaRegistry:
                 self.limits = replace(rules.DEFAULT_LIMITS, **value)
             elif key.startswith(_COMPAT_KEY):
                 self._compat[key[len(_COMPAT_KEY):]] = value
+            elif key == _MODE_KEY or key.startswith(_MODE_KEY + ":"):
+                self._modes[key[len(_MODE_KEY) + 1:]] = value
         self.generation += 1
 
     def _index(self, r: SchemaRecord) -> None:
@@ -110,7 +118,15 @@ class SchemaRegistry:
         if v.deleted_at is not None:
             self._deleted_versions[v.name].append(v.version)
             return
-        self._versions[v.name].append(v)
+        if v.soft_deleted_at is not None:
+            self._soft[v.name].append(v)
+            self._soft[v.name].sort(key=lambda x: x.version)
+            self._soft_of[v.schema_id].append(v)
+            return
+        vs = self._versions[v.name]
+        vs.append(v)
+        if len(vs) > 1 and vs[-2].version > v.version:  # an imported version below the newest
+            vs.sort(key=lambda x: x.version)
         self._names_of[v.schema_id].append(v)
 
     def live(self, schema_id: int) -> SchemaRecord | None:
@@ -121,7 +137,7 @@ class SchemaRegistry:
         m = self._models.get(schema_id)
         if m is None:
             r = self.schemas[schema_id]
-            m = self._models[schema_id] = self.parse(r.format, r.model)
+            m = self._models[schema_id] = self.parse(r.format, r.model, r.references)
         return m
 
     def count(self) -> int:
@@ -146,7 +162,23 @@ class SchemaRegistry:
         self.generation += 1
         return out
 
-    async def _register_one(self, caller: PrincipalRecord, item: SchemaRegistration) -> SchemaResult:
+    async def register_with(
+        self, caller: PrincipalRecord, item: SchemaRegistration, refs: Sequence[Ref] = (),
+        forced_id: int | None = None, forced_version: int | None = None,
+    ) -> SchemaResult:
+        """One registration with the Confluent face's extras: references, and in IMPORT
+        mode the id and version it is given."""
+        async with self._lock:
+            out = await self._register_one(caller, item, refs, forced_id, forced_version)
+        self.generation += 1
+        return out
+
+    async def _register_one(
+        self, caller: PrincipalRecord, item: SchemaRegistration, refs: Sequence[Ref] = (),
+        forced_id: int | None = None, forced_version: int | None = None,
+    ) -> SchemaResult:
+        """One registration; ``refs``, ``forced_id`` and ``forced_version`` come from the
+        Confluent face (references; an id and version given in IMPORT mode)."""
         if not self.limits.may_register(caller.name, caller.admin):
             return schema_err("Unauthorized", f"{caller.name} may not register schemas")
         size = len(item.model.encode())
@@ -155,14 +187,18 @@ class SchemaRegistry:
         if size > self.limits.max_size:
             return schema_err("SchemaTooLarge", f"the model is {size} bytes; the maximum is {self.limits.max_size}")
         try:
-            model = self.parse(item.format, item.model)
+            model = self.parse(item.format, item.model, refs)
         except MalformedSchema as e:
             return schema_err("MalformedSchema", str(e))
-        fmt = str(model.format)
+        fmt, key = str(model.format), identity(model, refs)
         name = item.name
         if name is not None and not rules.valid_name(name):
             return schema_err("ImproperName", f"{name!r} is not a schema name: use 1-255 of letters, digits "
                                               "and . _ : @ / - (by convention protocol.descriptor)")
+        mode = self.mode(name)
+        refusal = self.mode_refusal(name, mode, key, forced_id, forced_version)
+        if refusal is not None:
+            return schema_err("InvalidState", refusal)
         replaces = item.replaces
         if replaces is not None:
             old = self.live(replaces)
@@ -173,7 +209,9 @@ class SchemaRegistry:
         elif name is not None and self._versions.get(name):
             replaces = self._versions[name][-1].schema_id
 
-        existing = self._by_canonical.get((fmt, model.canonical))
+        existing = self._by_canonical.get((fmt, key))
+        if forced_id is not None and existing is None and forced_id in self.schemas:
+            existing = forced_id  # the imported id holds this very schema (mode_refusal checked)
         if existing is not None:
             under = next((v for v in self._names_of.get(existing, ()) if v.name == name), None)
             if name is None or under is not None:
@@ -183,7 +221,7 @@ class SchemaRegistry:
         elif self.count() >= self.limits.max_count:
             return schema_err("TooManySchemas", f"the registry holds its maximum of {self.limits.max_count} schemas")
 
-        issues = self._incompatibilities(name, model, replaces)
+        issues = [] if mode == "IMPORT" else self._incompatibilities(name, model, replaces)
         if issues:
             return schema_err("IncompatibleSchema", issues)
 
@@ -191,7 +229,7 @@ class SchemaRegistry:
         version: int | None = None
         versions: list[SchemaVersion] = []
         if name is not None:
-            version = self._next_version(name)
+            version = forced_version or self._next_version(name)
             versions.append(SchemaVersion(name=name, version=version, schema_id=existing or 0, created_at=now))
         if existing is not None:  # a known model under a new name: only the version is new
             await self._store.save_schema(None, versions, [
@@ -202,8 +240,8 @@ class SchemaRegistry:
             return schema_ok(SchemaRegistered(id=existing, name=name, version=version, duplicate=True))
 
         rec = SchemaRecord(
-            format=fmt, model=item.model, canonical=model.canonical, replaces=replaces, created_at=now,
-            created_by=caller.name, valid_from=now,
+            id=forced_id or 0, format=fmt, model=item.model, canonical=key, replaces=replaces, created_at=now,
+            created_by=caller.name, valid_from=now, references=[list(r) for r in refs],
         )
         detail = {"name": name, "version": version, "replaces": replaces, "format": fmt}
         rec = await self._store.create_schema(rec, versions, self._change(caller.name, "register", None, detail))
@@ -215,8 +253,7 @@ class SchemaRegistry:
 
     def _next_version(self, name: str) -> int:
         # Versions are never reused, not even those of deleted schemas: the store keeps them all.
-        taken = [v.version for v in self._versions.get(name, ())] + self._deleted_versions.get(name, [])
-        return max(taken, default=0) + 1
+        return max(self.taken_versions(name), default=0) + 1
 
     def _lineage(self, name: str | None, replaces: int | None) -> list[int]:
         """What a new schema is checked against, oldest first: the live, not Retracted
@@ -247,12 +284,12 @@ class SchemaRegistry:
         return [_issue(i, labels) for i in found]
 
     def test_compatibility(
-        self, name: str, fmt: str, text: str, version: int | None = None
+        self, name: str, fmt: str, text: str, version: int | None = None, refs: Sequence[Ref] = ()
     ) -> list[CompatibilityIssue]:
         """Would ``text`` be accepted as the next version of ``name`` (or against one
         ``version`` only)? Raises BadRequest when the model is malformed."""
         try:
-            model = self.parse(fmt, text)
+            model = self.parse(fmt, text, refs)
         except MalformedSchema as e:
             raise BadRequest(str(e), code="malformed_schema") from None
         if version is None:
@@ -380,18 +417,7 @@ class SchemaRegistry:
             elif r is None:
                 out.append(schema_err("NotFound", f"no schema {i}"))
             else:
-                now = self._clock()
-                rec = replace(r, deleted_at=now)
-                gone = [replace(v, deleted_at=now) for v in self._names_of.get(i, ())]
-                await self._store.save_schema(rec, gone, [self._change(caller.name, "delete", i)])
-                self.schemas[i] = rec
-                self._by_canonical.pop((r.format, r.canonical), None)
-                for v in self._names_of.pop(i, []):
-                    self._versions[v.name] = [x for x in self._versions[v.name] if x.version != v.version]
-                    self._deleted_versions[v.name].append(v.version)
-                    if not self._versions[v.name]:
-                        del self._versions[v.name]
-                self._models.pop(i, None)
+                await self.drop_schema(caller, r, [*self._names_of.get(i, ()), *self._soft_of.get(i, ())], "delete")
                 out.append(schema_ok(True))
         self.generation += 1
         return out
@@ -434,7 +460,7 @@ class SchemaRegistry:
         if "registrars" in changes:
             changes["registrars"] = tuple(changes["registrars"])
         if "default_compatibility" in changes:
-            changes["default_compatibility"] = _mode(changes["default_compatibility"])
+            changes["default_compatibility"] = compat_level(changes["default_compatibility"])
         new = replace(self.limits, **changes)
         problem = new.problem()
         if problem:
@@ -445,40 +471,3 @@ class SchemaRegistry:
         self.limits = new
         self.generation += 1
         return self.limits_info()
-
-    async def set_compatibility(
-        self, caller: PrincipalRecord, items: Sequence[CompatibilityConfig]
-    ) -> list[SchemaResult]:
-        out: list[SchemaResult] = []
-        for c in items:
-            if not caller.admin:
-                out.append(schema_err("Unauthorized", "only an admin sets compatibility modes"))
-                continue
-            if not rules.valid_name(c.name):
-                out.append(schema_err("ImproperName", f"{c.name!r} is not a schema name"))
-                continue
-            try:
-                mode = None if c.compatibility is None else _mode(c.compatibility)
-            except BadRequest as e:
-                out.append(schema_err("ImproperConfig", e.message))
-                continue
-            await self._store.put_schema_setting(
-                _COMPAT_KEY + c.name, mode, self._change(caller.name, "compatibility", None,
-                                                          {"name": c.name, "compatibility": mode}),
-            )
-            if mode is None:
-                self._compat.pop(c.name, None)
-            else:
-                self._compat[c.name] = mode
-            out.append(schema_ok(True))
-        self.generation += 1
-        return out
-
-
-def _mode(text: str) -> str:
-    try:
-        return str(CompatibilityMode(text.upper()))
-    except ValueError:
-        modes = ", ".join(m.value for m in CompatibilityMode)
-        raise BadRequest(f"unknown compatibility mode {text!r}; use one of {modes}", code="invalid_argument") from None
-

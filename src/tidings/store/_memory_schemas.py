@@ -37,8 +37,12 @@ class MemorySchemaStore(SchemaStore):
     ) -> SchemaRecord:
         self._check()
         st = self._schema_state()
-        st["last_id"] += 1
-        record.id = change.schema_id = st["last_id"]
+        if record.id > 0:
+            st["last_id"] = max(st["last_id"], record.id)
+        else:
+            st["last_id"] += 1
+            record.id = st["last_id"]
+        change.schema_id = record.id
         for v in versions:
             v.schema_id = record.id
         st["schemas"][record.id] = copy.copy(record)

@@ -31,6 +31,9 @@ class SchemaRecord:
     retention_s: int | None = None
     starting_at: int = 0
     deleted_at: int | None = None
+    references: list[list[Any]] = field(default_factory=list)
+    """Schema references, ``[name, subject, version]`` each (Confluent's ``references``):
+    other schemas this one is read with, by the name its text uses for them."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -40,6 +43,10 @@ class SchemaVersion:
     schema_id: int
     created_at: int = 0
     deleted_at: int | None = None
+    """Set when the version is gone for good (a permanent delete); its number stays taken."""
+    soft_deleted_at: int | None = None
+    """Set by a soft delete: hidden from listings and checks, still readable by asking for
+    deleted versions, and the schema behind it keeps its id."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -72,7 +79,8 @@ class SchemaStore(ABC):
     async def create_schema(
         self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
     ) -> SchemaRecord:
-        """Store a new schema under a fresh id, with its versions (whose ``schema_id`` is
+        """Store a new schema under a fresh id (or under ``record.id`` when it is set, which
+        the registry does only for an id never used before), with its versions (whose ``schema_id`` is
         filled in) and the audit entry, in one transaction; returns the record with its id."""
 
     @abstractmethod

@@ -11,7 +11,7 @@ import msgspec
 
 from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
 
-__all__ = ["SCHEMA_DDL", "SQLiteSchemaStore"]
+__all__ = ["SCHEMA_DDL", "SQLiteSchemaStore", "migrate_schemas"]
 
 T = TypeVar("T")
 
@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS schemas (
     valid_to INTEGER,
     retention_s INTEGER,
     starting_at INTEGER NOT NULL DEFAULT 0,
-    deleted_at INTEGER
+    deleted_at INTEGER,
+    refs TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS schema_versions (
     name TEXT NOT NULL,
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS schema_versions (
     schema_id INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
     deleted_at INTEGER,
+    soft_deleted_at INTEGER,
     PRIMARY KEY (name, version)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS schema_settings (
@@ -56,22 +58,32 @@ CREATE INDEX IF NOT EXISTS schema_changes_schema ON schema_changes(schema_id, se
 
 _COLS = (
     "id, format, model, canonical, replaces, created_at, created_by, state, valid_from, valid_to, "
-    "retention_s, starting_at, deleted_at"
+    "retention_s, starting_at, deleted_at, refs"
 )
+
+
+def migrate_schemas(conn: sqlite3.Connection) -> None:
+    """Add the columns a store made before schema references and soft deletes lacks."""
+    if "refs" not in {r[1] for r in conn.execute("PRAGMA table_info(schemas)")}:
+        conn.execute("ALTER TABLE schemas ADD COLUMN refs TEXT NOT NULL DEFAULT '[]'")
+    if "soft_deleted_at" not in {r[1] for r in conn.execute("PRAGMA table_info(schema_versions)")}:
+        conn.execute("ALTER TABLE schema_versions ADD COLUMN soft_deleted_at INTEGER")
 
 
 def _record(r: tuple[Any, ...]) -> SchemaRecord:
     return SchemaRecord(
         id=r[0], format=r[1], model=r[2], canonical=r[3], replaces=r[4], created_at=r[5], created_by=r[6],
         state=r[7], valid_from=r[8], valid_to=r[9], retention_s=r[10], starting_at=r[11], deleted_at=r[12],
+        references=msgspec.json.decode(r[13]),
     )
 
 
 def _put_versions(c: sqlite3.Connection, versions: Sequence[SchemaVersion]) -> None:
     c.executemany(
-        "INSERT INTO schema_versions(name, version, schema_id, created_at, deleted_at) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT(name, version) DO UPDATE SET schema_id = excluded.schema_id, deleted_at = excluded.deleted_at",
-        [(v.name, v.version, v.schema_id, v.created_at, v.deleted_at) for v in versions],
+        "INSERT INTO schema_versions(name, version, schema_id, created_at, deleted_at, soft_deleted_at) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name, version) DO UPDATE SET schema_id = excluded.schema_id, "
+        "deleted_at = excluded.deleted_at, soft_deleted_at = excluded.soft_deleted_at",
+        [(v.name, v.version, v.schema_id, v.created_at, v.deleted_at, v.soft_deleted_at) for v in versions],
     )
 
 
@@ -92,9 +104,10 @@ class SQLiteSchemaStore(SchemaStore):
         def q(c: sqlite3.Connection) -> SchemaSnapshot:
             schemas = [_record(r) for r in c.execute(f"SELECT {_COLS} FROM schemas ORDER BY id")]
             versions = [
-                SchemaVersion(name=r[0], version=r[1], schema_id=r[2], created_at=r[3], deleted_at=r[4])
+                SchemaVersion(name=r[0], version=r[1], schema_id=r[2], created_at=r[3], deleted_at=r[4],
+                              soft_deleted_at=r[5])
                 for r in c.execute(
-                    "SELECT name, version, schema_id, created_at, deleted_at FROM schema_versions "
+                    "SELECT name, version, schema_id, created_at, deleted_at, soft_deleted_at FROM schema_versions "
                     "ORDER BY name, version"
                 )
             ]
@@ -110,10 +123,12 @@ class SQLiteSchemaStore(SchemaStore):
         def job(c: sqlite3.Connection, w: object) -> SchemaRecord:
             r = record
             cur = c.execute(
-                "INSERT INTO schemas(format, model, canonical, replaces, created_at, created_by, state, valid_from, "
-                "valid_to, retention_s, starting_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (r.format, r.model, r.canonical, r.replaces, r.created_at, r.created_by, r.state, r.valid_from,
-                 r.valid_to, r.retention_s, r.starting_at, r.deleted_at),
+                "INSERT INTO schemas(id, format, model, canonical, replaces, created_at, created_by, state, "
+                "valid_from, valid_to, retention_s, starting_at, deleted_at, refs) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (r.id or None, r.format, r.model, r.canonical, r.replaces, r.created_at, r.created_by, r.state,
+                 r.valid_from, r.valid_to, r.retention_s, r.starting_at, r.deleted_at,
+                 msgspec.json.encode(r.references).decode()),
             )
             new_id = int(cur.lastrowid or 0)
             for v in versions:

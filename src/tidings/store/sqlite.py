@@ -46,7 +46,7 @@ from ._base import (
 )
 from ._deliveries import DELIVERIES_DDL, DeliveryRecord
 from ._sqlite_replays import REPLAY_DDL, SQLiteReplayStore
-from ._sqlite_schemas import SCHEMA_DDL, SQLiteSchemaStore
+from ._sqlite_schemas import SCHEMA_DDL, SQLiteSchemaStore, migrate_schemas
 
 __all__ = ["SQLiteStore"]
 
@@ -412,6 +412,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         # Earlier versions counted a notification as sent when it was recorded: the rows
         # pending now were counted already.
         conn.execute("ALTER TABLE notifications ADD COLUMN sent INTEGER NOT NULL DEFAULT 1")
+    migrate_schemas(conn)
 
 
 def _delete_notifications(c: sqlite3.Connection, ids: Sequence[int]) -> tuple[list[int], set[int]]:

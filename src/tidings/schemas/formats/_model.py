@@ -18,12 +18,14 @@ class MalformedSchema(ValueError):
         self.message = message
 
 
-_FORMAT_ALIASES = {"JSON": "JSON", "JSONSCHEMA": "JSON", "JSON_SCHEMA": "JSON", "JSON-SCHEMA": "JSON", "AVRO": "AVRO"}
+_FORMAT_ALIASES = {"JSON": "JSON", "JSONSCHEMA": "JSON", "JSON_SCHEMA": "JSON", "JSON-SCHEMA": "JSON", "AVRO": "AVRO",
+                   "PROTOBUF": "PROTOBUF", "PROTO": "PROTOBUF"}
 
 
 class SchemaFormat(enum.StrEnum):
     JSON = "JSON"
     AVRO = "AVRO"
+    PROTOBUF = "PROTOBUF"
 
     @classmethod
     def parse(cls, text: str | None) -> SchemaFormat:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._avro import AvroModel
 from ._json import JsonModel
 from ._model import MalformedSchema, Model, SchemaFormat
+from ._protobuf import ProtobufModel
 
 __all__ = ["parse_model"]
 
@@ -16,11 +17,15 @@ def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool =
     (draft-04, -06, -07, 2019-09 or 2020-12; 2020-12 when absent); every ``$ref`` must
     resolve inside the document, as nothing is ever fetched. Avro: the text must follow the
     Avro specification (names, fields, unions, defaults) and be accepted by fastavro.
+    Protobuf: a ``.proto`` file (or a base64 ``FileDescriptorProto``) that imports only the
+    well-known types; imports from other schemas go through ``schemas.references``.
     """
     fmt = format if isinstance(format, SchemaFormat) else SchemaFormat.parse(format)
     try:
         if fmt is SchemaFormat.JSON:
             return JsonModel(text, assert_formats=assert_formats)
+        if fmt is SchemaFormat.PROTOBUF:
+            return ProtobufModel(text)
         return AvroModel(text)
     except RecursionError:
         raise MalformedSchema("the schema nests too deeply") from None
