@@ -22,7 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"core", "errors"},
     "broker": {"core", "errors", "settings", "store", "schemas", "outbound", "pipeline"},
     "interchain": {"core", "errors", "client", "outbound", "pipeline"},
-    "api": {"core", "errors", "broker", "schemas", "store"},
+    "console": {"core", "errors", "broker", "store"},
+    "api": {"core", "errors", "broker", "schemas", "store", "console"},
     "xmpp": {"core", "errors", "settings", "store", "broker"},
 }
 TOP = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if p.is_dir()}

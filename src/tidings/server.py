@@ -66,6 +66,8 @@ async def _serve(settings: Settings) -> int:
         config = uvicorn.Config(
             app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
             log_level="warning", access_log=False, server_header=False,
+            # Open event streams (the console's live feeds) never finish on their own.
+            timeout_graceful_shutdown=5,
         )
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())

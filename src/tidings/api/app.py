@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from ..broker import Broker
+from ..console import console_routes
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply
@@ -162,6 +163,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             Route("/healthz", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             *confluent_routes(broker),
+            *console_routes(broker),
         ],
         exception_handlers={404: not_found, 500: server_error},
         lifespan=lifespan,
