@@ -1131,3 +1131,17 @@ def test_compatibility_is_deterministic() -> None:
     # p_i, gone from the new schema, is wider there than the old readers allow (the same two).
     assert len(first) == 16
     assert first == check_compatibility("FULL_TRANSITIVE", schemas[-1], schemas[:-1])
+
+
+@given(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+)
+def test_registry_limits_stay_within_the_specification(max_count: int, min_size: int, max_size: int) -> None:
+    from tidings.core.schemas import BOUNDS, Limits
+
+    ok = Limits(max_count=max_count, min_size=min_size, max_size=max_size).problem() is None
+    within = all(BOUNDS[k][0] <= v <= BOUNDS[k][1] for k, v in
+                 (("max_count", max_count), ("min_size", min_size), ("max_size", max_size)))
+    assert ok == (within and min_size <= max_size)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import Final
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -107,15 +108,27 @@ class Limits:
     """The compatibility mode of a name that has none of its own."""
 
     def problem(self) -> str | None:
-        """Why these limits make no sense, or None."""
-        if self.max_count < 0 or self.min_size < 0 or self.max_size < 0:
-            return "limits must not be negative"
+        """Why these limits make no sense, or None: each within the specification's bounds
+        (``BOUNDS``), which governance may lower but never raise."""
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                return f"{name} must be in [{low}, {high}] (the specification's bounds); it is {value}"
         if self.min_size > self.max_size:
             return f"min_size ({self.min_size}) is larger than max_size ({self.max_size})"
+        if len(self.registrars) > MAX_REGISTRARS:
+            return f"at most {MAX_REGISTRARS} registrars"
         return None
 
     def may_register(self, principal: str, admin: bool) -> bool:
         return admin or self.open_registration or principal in self.registrars
 
+
+BOUNDS: Final = {"max_count": (0, 65_000), "min_size": (1, 65_500), "max_size": (1, 65_500)}
+"""The registry limits' bounds: MRC's count and size checks with Frequency's figures
+(65,000 schemas; 8 bytes up to a hard cap of 65,500), the defaults being the caps. An
+empty model (0 bytes) is never a schema, so the minimum is at least 1."""
+
+MAX_REGISTRARS: Final = 1_000
 
 DEFAULT_LIMITS = Limits()

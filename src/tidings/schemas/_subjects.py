@@ -155,11 +155,10 @@ class SubjectOps:
     async def set_compatibility(
         self, caller: PrincipalRecord, items: Sequence[CompatibilityConfig]
     ) -> list[SchemaResult]:
+        if not caller.admin:  # admin-only: the whole call is refused (docs/rights.md)
+            raise Forbidden("only an admin sets compatibility modes")
         out: list[SchemaResult] = []
         for c in items:
-            if not caller.admin:
-                out.append(schema_err("Unauthorized", "only an admin sets compatibility modes"))
-                continue
             if not rules.valid_name(c.name):
                 out.append(schema_err("ImproperName", f"{c.name!r} is not a schema name"))
                 continue
