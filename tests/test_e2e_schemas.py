@@ -426,3 +426,9 @@ async def test_limits_cannot_pass_the_specifications_bounds(api: Api) -> None:
         assert (status, body["error"]["code"]) == (400, "invalid_argument"), (change, body)
     limits = await api("tidings_update_schema_limits", {"max_count": 65_000, "max_size": 65_500, "min_size": 1})
     assert (limits["max_count"], limits["max_size"], limits["min_size"]) == (65_000, 65_500, 1)
+
+
+async def test_schemas_equal_but_for_number_spelling_share_one_id(api: Api) -> None:
+    first = await api.register('{"type": "integer", "minimum": 1, "maximum": 100}', name="num.a")
+    again = await api.register('{"maximum": 1e2, "type": "integer", "minimum": 1.0}', name="num.a")
+    assert first["Ok"]["id"] == again["Ok"]["id"], (first, again)

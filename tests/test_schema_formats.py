@@ -65,6 +65,7 @@ def test_exported_names() -> None:
             "SchemaFormat",
             "Violation",
             "check_compatibility",
+            "json_canonical",
             "parse_model",
         ]
     )
@@ -1145,3 +1146,21 @@ def test_registry_limits_stay_within_the_specification(max_count: int, min_size:
     within = all(BOUNDS[k][0] <= v <= BOUNDS[k][1] for k, v in
                  (("max_count", max_count), ("min_size", min_size), ("max_size", max_size)))
     assert ok == (within and min_size <= max_size)
+
+
+_KEYWORDS_WITH_NUMBERS = ["minimum", "maximum", "multipleOf", "minLength", "maxItems", "const", "default"]
+
+
+@given(
+    st.dictionaries(st.sampled_from(_KEYWORDS_WITH_NUMBERS), st.integers(min_value=1, max_value=2**52), min_size=1),
+    st.sampled_from(["{}", "{}.0", "{}.00", "{}e0", "{}0e-1"]),
+)
+def test_numbers_equal_by_value_have_one_canonical_form(numbers: dict[str, int], spelling: str) -> None:
+    """JSON Schema compares numbers by value: 1 and 1.0 are the same, so the schemas are too."""
+    plain = {"type": "number", **numbers}
+    text = "{" + ",".join(
+        f'"{k}":{spelling.format(v) if k != "type" else json.dumps(v)}' for k, v in plain.items()
+    ) + "}"
+    assert js(plain).canonical == parse_model("JSON", text).canonical == formats.json_canonical(text)
+    assert avro({"type": "record", "name": "R", "fields": [{"name": "d", "type": "double", "default": 1.0}]}).canonical \
+        == avro({"type": "record", "name": "R", "fields": [{"name": "d", "type": "double", "default": 1}]}).canonical

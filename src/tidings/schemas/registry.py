@@ -13,6 +13,7 @@ existing id), name (``ImproperName``), replaced schema (``NotFound``), count
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ from ..core.wire_schemas import (
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord, SchemaChange, SchemaRecord, SchemaVersion, Store
 from ._subjects import SubjectOps, compat_level
-from .formats import MalformedSchema, Model, check_compatibility
+from .formats import MalformedSchema, Model, check_compatibility, json_canonical
 from .references import Ref, identity, parse_with_references
 
 __all__ = ["SchemaRegistry"]
@@ -112,6 +113,12 @@ class SchemaRegistry(SubjectOps):
         self.generation += 1
 
     def _index(self, r: SchemaRecord) -> None:
+        if r.format == "JSON" and r.deleted_at is None:
+            # Stored by an older version, the canonical text may write 1.0 where it now
+            # writes 1: recomputed, so the same schema registered again finds its id.
+            _, sep, refs = r.canonical.partition("\nreferences=")  # references.identity
+            with contextlib.suppress(MalformedSchema):
+                r = replace(r, canonical=json_canonical(r.model) + sep + refs)
         self.schemas[r.id] = r
         if r.deleted_at is None:
             self._by_canonical[(r.format, r.canonical)] = r.id

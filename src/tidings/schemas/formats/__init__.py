@@ -99,7 +99,7 @@ problems widenings (``type-widened``, ``required-removed``...). Codes:
 
 from ._compat import CompatibilityMode, check_compatibility
 from ._model import Incompatibility, MalformedSchema, Model, SchemaFormat, Violation
-from ._parse import parse_model
+from ._parse import json_canonical, parse_model
 
 __all__ = [
     "CompatibilityMode",
@@ -109,5 +109,6 @@ __all__ = [
     "SchemaFormat",
     "Violation",
     "check_compatibility",
+    "json_canonical",
     "parse_model",
 ]

@@ -61,4 +61,17 @@ def load_json(text: str) -> Any:
 
 
 def canonical_json(doc: Any) -> str:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The text two equal documents share: keys sorted, no spaces, and numbers compared as
+    JSON Schema compares them, by value (``1``, ``1.0`` and ``1e0`` are one number, written
+    ``1``; ``-0.0`` is ``0``)."""
+    return json.dumps(_numbers_by_value(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _numbers_by_value(doc: Any) -> Any:
+    if isinstance(doc, float):
+        return int(doc) if doc.is_integer() else doc
+    if isinstance(doc, dict):
+        return {k: _numbers_by_value(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_numbers_by_value(v) for v in doc]
+    return doc

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from ._avro import AvroModel
 from ._json import JsonModel
+from ._jsontext import canonical_json, load_json
 from ._model import MalformedSchema, Model, SchemaFormat
 from ._protobuf import ProtobufModel
 
-__all__ = ["parse_model"]
+__all__ = ["json_canonical", "parse_model"]
 
 
 def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool = False) -> Model:
@@ -29,3 +30,8 @@ def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool =
         return AvroModel(text)
     except RecursionError:
         raise MalformedSchema("the schema nests too deeply") from None
+
+
+def json_canonical(text: str) -> str:
+    """A JSON Schema text's canonical form, as ``parse_model`` gives it, without the checks."""
+    return canonical_json(load_json(text))
