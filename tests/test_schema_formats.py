@@ -225,7 +225,8 @@ GOOD_AVRO: list[Any] = [
         field("tags", {"type": "array", "items": "string"}, default=["a"]),
         field("kind", {"type": "enum", "name": "Kind", "symbols": ["A", "B"], "default": "A"}, default="B"),
         field("blob", {"type": "fixed", "name": "F2", "size": 2}, default="\u00ff\u0000"),
-        field("note", ["string", "null"], default=None),  # Avro 1.12: any branch may hold the default
+        field("note", ["null", "string"], default=None),  # a union's default is of its first branch
+        field("alt", ["string", "null"], default="x"),
         field("addr", record("Addr", field("zip", "string"), field("n", "int", default=0)), default={"zip": "x"}),
         field("custom", "string", order="descending", aliases=["c"], **{"x-extra": 1}),
         namespace="a.b",
@@ -257,7 +258,11 @@ BAD_AVRO: list[tuple[Any, str]] = [
     ({"type": "enum", "name": "E", "symbols": ["A", "1B"]}, "'1B' is not a valid Avro name"),
     ({"type": "enum", "name": "E", "symbols": ["A"], "default": "Z"}, "'Z' is not a symbol"),
     ({"type": "fixed", "name": "F", "size": -1}, "needs 'size'"),
-    (record("R", field("a", "int", default="x")), "default 'x' does not match the field's type at fields[0].default"),
+    (record("R", field("a", "int", default="x")), 'default "x" does not match the field\'s type at fields[0].default'),
+    (record("R", field("a", ["string", "null"], default=None)), "the union's first branch ('string')"),
+    (record("R", field("a", ["int", "string"], default="x")), "list the branch it belongs to first"),
+    (record("R", field("a", ["null", {"type": "record", "name": "S", "fields": []}], default={})),
+     "the union's first branch ('null')"),
     (record("R", field("a", "int", default=2**31)), "at fields[0].default"),
     (record("R", field("a", "int", default=None)), "at fields[0].default"),
     (record("R", field("a", ["null", "int"], default="x")), "at fields[0].default"),
@@ -1164,3 +1169,20 @@ def test_numbers_equal_by_value_have_one_canonical_form(numbers: dict[str, int],
     assert js(plain).canonical == parse_model("JSON", text).canonical == formats.json_canonical(text)
     assert avro({"type": "record", "name": "R", "fields": [{"name": "d", "type": "double", "default": 1.0}]}).canonical \
         == avro({"type": "record", "name": "R", "fields": [{"name": "d", "type": "double", "default": 1}]}).canonical
+
+
+_AVRO_SAMPLES = {"null": None, "boolean": True, "int": 7, "string": "s", "bytes": "\u00ff", "double": 1.5}
+
+
+@given(st.permutations(sorted(_AVRO_SAMPLES)).map(lambda p: p[:3]), st.sampled_from(sorted(_AVRO_SAMPLES)))
+def test_avro_union_default_is_of_the_first_branch(branches: list[str], value_of: str) -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "u", "type": list(branches), "default": _AVRO_SAMPLES[value_of]}]}
+    fits_first = value_of == branches[0] or (branches[0] == "double" and value_of == "int") \
+        or (branches[0] == "string" and value_of == "bytes") or (branches[0] == "bytes" and value_of == "string")
+    try:
+        avro(schema)
+        accepted = True
+    except MalformedSchema:
+        accepted = False
+    assert accepted == fits_first

@@ -14,6 +14,8 @@ included, is kept, so the canonical text of the normal form changes only when me
 
 from __future__ import annotations
 
+import json
+
 import re
 from typing import Any, Final, NoReturn
 
@@ -176,7 +178,7 @@ class _Reader:
             field.update(name=f["name"], type=self.schema(f["type"], inner, _join(f_path, "type")))
             if "default" in f:
                 if not self.default_ok(field["type"], f["default"]):
-                    self.fail(_join(f_path, "default"), f"default {f['default']!r} does not match the field's type")
+                    self.fail(_join(f_path, "default"), self._default_problem(field["type"], f["default"]))
                 field["default"] = f["default"]
             order = f.get("order", "ascending")
             if order not in ("ascending", "descending", "ignore"):
@@ -226,11 +228,21 @@ class _Reader:
         out[key] = self.schema(s[key], ns, _join(path, key))
         return out
 
+    def _default_problem(self, t: Any, v: Any) -> str:
+        u = resolve(t, self.names)
+        if isinstance(u, list) and any(self.default_ok(b, v) for b in u[1:]):
+            first = u[0] if isinstance(u[0], str) else u[0].get("name", u[0].get("type"))
+            return (f"default {_show(v)} does not match the union's first branch ({first!r}); a union's "
+                    f"default must be of its first branch, so list the branch it belongs to first")
+        return f"default {_show(v)} does not match the field's type"
+
     def default_ok(self, t: Any, v: Any) -> bool:
-        """Is ``v`` a valid JSON default for ``t``? Unions accept any branch (Avro 1.12)."""
+        """Is ``v`` a valid JSON default for ``t``? A union's default is one of its first
+        branch (the Avro specification: "the type of the default value must match the first
+        element of the union"); Avro's own libraries and Confluent's refuse any other."""
         t = resolve(t, self.names)
         if isinstance(t, list):
-            return any(self.default_ok(b, v) for b in t)
+            return bool(t) and self.default_ok(t[0], v)
         kind = t if isinstance(t, str) else t["type"]
         if kind == "null":
             return v is None
@@ -257,6 +269,11 @@ class _Reader:
         return isinstance(v, dict) and all(
             self.default_ok(f["type"], v[f["name"]]) if f["name"] in v else "default" in f for f in t["fields"]
         )
+
+
+def _show(v: Any) -> str:
+    text = json.dumps(v, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def parse_avro(doc: Any) -> AvroSchema:
