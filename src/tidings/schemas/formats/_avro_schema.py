@@ -15,7 +15,6 @@ included, is kept, so the canonical text of the normal form changes only when me
 from __future__ import annotations
 
 import json
-
 import re
 from typing import Any, Final, NoReturn
 
