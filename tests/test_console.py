@@ -158,3 +158,126 @@ async def test_sign_in_create_publish_and_see_it_in_the_tail_and_the_charts(
     peak = json.loads(await chart.get_attribute("data-peak") or "[]")
     assert peak[0] > 0 and peak[1] > 0, peak  # publish rate and delivery rate rose
     assert page.violations == [] and tail.violations == []  # type: ignore[attr-defined]
+
+
+async def test_a_failing_subscriber_dead_letters_and_the_console_redrives_it(
+    browser: Browser, console_server: ServerProcess, endpoints: Any
+) -> None:
+    server = console_server
+    hook = Hook()
+    ep = await endpoints(hook)
+    bob = await principal(server, "bob")
+    await api(server, "icrc72_register_publication", [{"namespace": NS}])
+    (s,) = await api(server, "icrc72_register_subscription", [{"namespace": NS, "endpoint": ep.url}], bob)
+    sub = s["Ok"]
+
+    hook.status = 500  # tried max_attempts (3) times, then dead-lettered
+    await api(server, "icrc72_publish", [{"namespace": NS, "data": {"Text": "first"}},
+                                         {"namespace": NS, "data": {"Text": "second"}}])
+    page = await open_console(browser, server, bob)
+    await page.goto(f"{server.url}/console#/dead-letters/{sub}")
+    rows = page.locator("#dead-letters tbody tr")
+    for _ in range(50):
+        if await rows.count() == 2:
+            break
+        await page.click("text=Show")
+        await asyncio.sleep(0.2)
+    await expect(rows).to_have_count(2)
+    await expect(rows.first).to_contain_text("attempts_exhausted")
+    first, second = [int(x) for x in await rows.evaluate_all("rs => rs.map(r => r.dataset.id)")]
+
+    # Redrive the first, drop the second: itemised answers inline, the rows go.
+    hook.status = 200
+    await page.check(f'#dead-letters input[value="{first}"]')
+    await page.click("#redrive")
+    await expect(page.locator("#dead-letter-results .ok")).to_have_text(f"notification {first}: ok true")
+    await eventually(lambda: hook.events == [1])
+    await page.check(f'#dead-letters input[value="{second}"]')
+    await page.click("#drop")
+    await expect(page.locator("#dead-letter-results .ok")).to_have_text(f"notification {second}: ok true")
+    await expect(rows).to_have_count(0)
+
+
+async def test_a_replay_shows_its_progress_and_is_canceled_from_the_console(
+    browser: Browser, console_server: ServerProcess, endpoints: Any
+) -> None:
+    server = console_server
+    hook = Hook()
+    hook.hold = asyncio.Event()  # replayed pushes wait: the replay stays running
+    ep = await endpoints(hook)
+    await api(server, "icrc72_register_publication", [{"namespace": NS}])
+    await api(server, "icrc72_publish", [{"namespace": NS, "data": {"Nat": i}} for i in range(1, 501)])
+    await api(server, "icrc72_register_subscription", [{"namespace": NS, "endpoint": ep.url}])
+    page = await open_console(browser, server, server.admin_token)
+    await page.click("#nav >> text=Replays")
+    form = page.locator("#register-replay")
+    await form.locator("input[name=namespace]").fill(NS)
+    await form.locator("input[name=from]").fill("1")
+    await form.locator("input[name=to]").fill("501")
+    await form.locator("button[type=submit]").click()
+    await expect(page.locator("#register-replay + div .ok")).to_contain_text(f"{NS}: ok")
+    row = page.locator("#replays tbody tr").first
+    await expect(row.locator(".badge")).to_have_text("running")
+    await expect(row.locator("progress")).to_have_attribute("max", "500")
+    rid = await row.get_attribute("data-id")
+
+    await row.get_by_role("button", name="Cancel", exact=True).click()
+    await expect(page.locator("#replay-results .ok")).to_have_text(f"replay {rid}: ok {rid}")
+    hook.hold.set()
+    await expect(row.locator(".badge")).to_have_text("canceled")
+    await expect(row.get_by_role("button", name="Cancel", exact=True)).to_have_count(0)
+
+
+async def test_a_principal_sees_only_what_its_rights_allow(
+    browser: Browser, console_server: ServerProcess, endpoints: Any
+) -> None:
+    server = console_server
+    ep = await endpoints(Hook())
+    alice, bob = await principal(server, "alice"), await principal(server, "bob")
+    await api(server, "icrc72_register_publication", [{"namespace": "com.alice.private"}], alice)
+    await api(server, "icrc72_register_publication", [{"namespace": "com.bob.own"}], bob)
+    (a,) = await api(server, "icrc72_register_subscription",
+                     [{"namespace": "com.alice.private", "endpoint": ep.url}], alice)
+    (b,) = await api(server, "icrc72_register_subscription", [{"namespace": "com.bob.own", "endpoint": ep.url}], bob)
+    alice_sub, bob_sub = a["Ok"], b["Ok"]
+
+    page = await open_console(browser, server, bob)
+    await expect(page.locator(f'#subscriptions tr[data-id="{bob_sub}"]')).to_be_visible()
+    await expect(page.locator(f'#subscriptions tr[data-id="{alice_sub}"]')).to_have_count(0)
+    await expect(page.locator("#nav a[data-admin]")).to_be_hidden()
+    # Searching for it on the server finds nothing either.
+    await page.fill("input[name=q]", "com.alice")
+    await page.press("input[name=q]", "Enter")
+    await expect(page.locator("text=0 matches")).to_be_visible()
+    # Nor can the page be talked into it: the server refuses the tail and leaves the
+    # subscription out of counters and pages, whatever the page asks.
+    await page.goto(f"{server.url}/console#/tail/com.alice.private")
+    await expect(page.locator("#view [role=alert]")).to_contain_text("may not tail")
+    answers = await page.evaluate("""async ([t, id]) => {
+        const h = {Authorization: "Bearer " + t};
+        const page = await (await fetch("/console/api/subscriptions?q=" + id, {headers: h})).json();
+        const principals = await fetch("/console/api/principals", {headers: h});
+        const ctrl = new AbortController();
+        const feed = await fetch("/console/api/stats?ids=" + id, {headers: h, signal: ctrl.signal});
+        const reader = feed.body.getReader();
+        const first = new TextDecoder().decode((await reader.read()).value);
+        ctrl.abort();
+        const anon = await fetch("/console/api/subscriptions");
+        return {page, principals: principals.status, first, anon: anon.status};
+    }""", [bob, alice_sub])
+    assert all(s["id"] != alice_sub for s in answers["page"]["items"])
+    assert answers["principals"] == 403 and answers["anon"] == 401
+    assert answers["first"].startswith("event: stats") and '"subs":{}' in answers["first"]
+
+    # alice sees hers (and not bob's); the admin sees both.
+    page_a = await open_console(browser, server, alice)
+    await expect(page_a.locator(f'#subscriptions tr[data-id="{alice_sub}"]')).to_be_visible()
+    await expect(page_a.locator(f'#subscriptions tr[data-id="{bob_sub}"]')).to_have_count(0)
+    admin = await open_console(browser, server, server.admin_token)
+    await expect(admin.locator("#subscriptions tbody tr")).to_have_count(2)
+
+    # A token revoked while signed in: the next request sends the page back to sign-in.
+    await api(server, "tidings_revoke_tokens", {"principal": "bob"})
+    await asyncio.sleep(2.5)  # the server's token cache holds for at most 2 s
+    await page.goto(f"{server.url}/console#/subscriptions")
+    await expect(page.locator("#signin")).to_be_visible()
