@@ -861,19 +861,89 @@ def test_json_finite_writer_values_are_checked_exactly() -> None:
 
 
 def test_json_what_cannot_be_proven_is_refused() -> None:
-    old = js({"properties": {"v": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}})
-    new = js({"properties": {"v": {"anyOf": [{"type": "string"}, {"type": "number"}]}}})
-    assert found("BACKWARD", new, old) == {("$.properties.v.anyOf", "unsupported-change")}
-    assert found("BACKWARD", js({"properties": {"v": {"oneOf": [{"type": "string"}]}}}), js({})) == {
-        ("$.properties.v.oneOf", "unsupported-change")
+    old = js({"properties": {"v": {"allOf": [{"type": "string"}, {"maxLength": 3}]}}})
+    new = js({"properties": {"v": {"allOf": [{"type": "string"}, {"maxLength": 4}]}}})
+    assert found("BACKWARD", new, old) == {("$.properties.v.allOf", "unsupported-change")}
+    assert found("BACKWARD", js({"properties": {"v": {"not": {"type": "string"}}}}), js({})) == {
+        ("$.properties.v.not", "unsupported-change")
     }
     # Dropping a constraint the check cannot analyse only widens: fine under BACKWARD.
     assert found("BACKWARD", js({}), js({"not": {"type": "string"}})) == set()
+    # Two different pattern texts cannot be proven to cover each other.
+    assert found("BACKWARD", js({"patternProperties": {"^a": {"type": "string"}}}),
+                 js({"patternProperties": {"^b": {"type": "string"}}})) == {
+        ("$.patternProperties['^b']", "unsupported-change"),
+        # and the writer is open: names matching ^a may hold anything there.
+        ("$.patternProperties['^a']", "type-narrowed")}
+
+
+def test_json_sum_types_are_judged_branch_by_branch() -> None:
+    """anyOf/oneOf (docs/schemas.md): each writer branch must fit a reader branch."""
+    two = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    three = {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}
+    # A branch added to the reader, or a branch widened: backward compatible.
+    assert found("BACKWARD", js(three), js(two)) == set()
+    assert found("BACKWARD", js({"anyOf": [{"type": "string"}, {"type": "number"}]}), js(two)) == set()
+    # Branches reordered: compatible both ways.
+    assert found("FULL", js({"anyOf": [{"type": "integer"}, {"type": "string"}]}), js(two)) == set()
+    # A branch removed: narrowed under BACKWARD, and under FORWARD the new writer is fine.
+    assert found("BACKWARD", js(two), js(three)) == {("$.anyOf", "sum-type-narrowed")}
+    assert found("FORWARD", js(two), js(three)) == set()
+    # A branch added: FORWARD says the old reader cannot read it.
+    assert found("FORWARD", js(three), js(two)) == {("$.anyOf", "sum-type-extended")}
+    # A plain type turned into a union containing it, and back.
+    assert found("BACKWARD", js(two), js({"type": "string"})) == set()
+    assert found("BACKWARD", js({"type": ["string", "integer"]}), js(two)) == set()
+    assert found("BACKWARD", js({"type": "string"}), js(two)) == {("$", "type-changed")}
+    # The union's siblings still apply to every branch.
+    assert found("BACKWARD", js({"type": "object", "anyOf": [{"required": ["a"]}, {"required": ["b"]}]}),
+                 js({"type": "object", "anyOf": [{"required": ["a"]}, {"required": ["b"]}, {}]})) == {
+        ("$.anyOf", "sum-type-narrowed")}
+    # oneOf: a writer branch that fits two reader branches would match both: refused.
+    assert found("BACKWARD", js({"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}),
+                 js({"oneOf": [{"type": "string"}, {"type": "integer"}]})) == set()
+    assert found("BACKWARD", js({"oneOf": [{"type": "number"}, {"type": "integer"}]}),
+                 js({"type": "integer"})) == {("$.oneOf", "sum-type-narrowed")}
+    assert found("BACKWARD", js({"properties": {"v": {"oneOf": [{"type": "string"}]}}}), js({})) == {
+        ("$.properties.v.oneOf", "sum-type-narrowed")
+    }
+    # References inside branches are followed to their targets.
     same_ref_other_target = (
         js({"$defs": {"A": {"type": "string"}}, "anyOf": [{"$ref": "#/$defs/A"}]}),
         js({"$defs": {"A": {"type": "integer"}}, "anyOf": [{"$ref": "#/$defs/A"}]}),
     )
-    assert found("BACKWARD", same_ref_other_target[1], same_ref_other_target[0]) == {("$.anyOf", "unsupported-change")}
+    assert found("BACKWARD", same_ref_other_target[1], same_ref_other_target[0]) == {("$.anyOf", "sum-type-narrowed")}
+    # A recursive union (a tree) compared with itself changed deep down.
+    tree = {"$defs": {"T": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
+        "v": {"type": "integer"}, "next": {"$ref": "#/$defs/T"}}}]}}, "$ref": "#/$defs/T"}
+    wider = json.loads(json.dumps(tree).replace('"integer"', '"number"'))
+    assert found("BACKWARD", js(wider), js(tree)) == set()
+    assert found("BACKWARD", js(tree), js(wider)) == {("$.anyOf[1].properties.v", "type-narrowed")}
+
+
+def test_json_pattern_properties_are_judged_name_by_name() -> None:
+    closed = {"type": "object", "additionalProperties": False}
+    # A pattern added to a closed reader: names the writer may send are listed ones only.
+    old = js({**closed, "properties": {"a1": {"type": "string"}}})
+    new = js({**closed, "properties": {"a1": {"type": "string"}}, "patternProperties": {"^x_": {"type": "integer"}}})
+    assert found("BACKWARD", new, old) == set()
+    # ... but the old reader cannot read what the new writer may send under the pattern.
+    assert found("FORWARD", new, old) == {("$.patternProperties['^x_']", "additional-properties-opened")}
+    # The same pattern on both sides: its schemas are compared.
+    p_str = js({"patternProperties": {"^x_": {"type": "string"}}})
+    p_any = js({"patternProperties": {"^x_": {"type": ["string", "integer"]}}})
+    assert found("BACKWARD", p_any, p_str) == set()
+    assert found("BACKWARD", p_str, p_any) == {("$.patternProperties['^x_']", "type-narrowed")}
+    # A pattern of the reader applies to a listed name of the writer that matches it.
+    listed = js({**closed, "properties": {"x_1": {"type": "integer"}}})
+    assert found("BACKWARD", js({"patternProperties": {"^x_": {"type": "string"}}}), listed) == {
+        ("$.properties.x_1", "type-changed")}
+    # A writer pattern the reader lacks: read by the reader's additionalProperties.
+    w_closed = js({**closed, "patternProperties": {"^x_": {"type": "string"}}})
+    assert found("BACKWARD", js(closed), w_closed) == {("$.patternProperties['^x_']", "additional-properties-closed")}
+    assert found("BACKWARD", js({"additionalProperties": {"type": "string"}}), w_closed) == set()
+    # An open writer: a new reader pattern reads whatever the writer may have sent.
+    assert found("BACKWARD", p_str, js({})) == {("$.patternProperties['^x_']", "type-narrowed")}
 
 
 def test_json_refs_are_followed() -> None:
@@ -1188,3 +1258,42 @@ def test_avro_union_default_is_of_the_first_branch(branches: list[str], value_of
     except MalformedSchema:
         accepted = False
     assert accepted == fits_first
+
+
+_LEAF_SCHEMAS = st.sampled_from([
+    {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "null"}, {"type": "boolean"},
+    {"type": "string", "maxLength": 2}, {"type": "integer", "minimum": 0}, {"const": 1}, {"enum": ["a", 2]}, {},
+])
+_SHAPED = st.recursive(
+    _LEAF_SCHEMAS,
+    lambda inner: (
+        st.builds(lambda k, bs: {k: bs}, st.sampled_from(["anyOf", "oneOf"]), st.lists(inner, min_size=1, max_size=3))
+        | st.builds(
+            lambda props, pats, add: {"type": "object", "properties": props, "patternProperties": pats,
+                                      **({} if add is None else {"additionalProperties": add})},
+            st.dictionaries(st.sampled_from(["a", "x_1", "b"]), inner, max_size=2),
+            st.dictionaries(st.sampled_from(["^x_", "^b", "1$"]), inner, max_size=2),
+            st.none() | st.just(False) | inner,
+        )
+    ),
+    max_leaves=6,
+)
+_INSTANCES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["a", "abc", ""]) | st.just(1.5),
+    lambda inner: st.dictionaries(st.sampled_from(["a", "x_1", "x_2", "b", "c1"]), inner, max_size=3),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_SHAPED, _SHAPED, st.lists(_INSTANCES, min_size=1, max_size=8))
+def test_json_sum_and_pattern_rules_are_sound(reader: Any, writer: Any, instances: list[Any]) -> None:
+    """Whenever the check finds nothing, every instance the writer accepts, the reader does."""
+    import jsonschema
+
+    r, w = js(reader), js(writer)
+    if found("BACKWARD", r, w):
+        return
+    for x in instances:
+        if jsonschema.Draft202012Validator(writer).is_valid(x):
+            assert jsonschema.Draft202012Validator(reader).is_valid(x), (reader, writer, x)

@@ -1,9 +1,10 @@
 """Can a reader JSON Schema accept every instance a writer JSON Schema accepts?
 
 A conservative structural check: it walks both schemas side by side and proves
-inclusion keyword by keyword (types, enums, bounds, required, properties, items). What it
-cannot prove (differing ``anyOf``/``oneOf``/``allOf``/``not``/``if``, pattern properties,
-dynamic references...) is reported as ``unsupported-change`` rather than passed silently.
+inclusion keyword by keyword (types, enums, bounds, required, properties, pattern
+properties, items; ``anyOf``/``oneOf`` branch by branch, in ``_json_shapes``). What it
+cannot prove (differing ``allOf``/``not``/``if``, dynamic references...) is reported as
+``unsupported-change`` rather than passed silently.
 Identical subschemas are always compatible, and local ``$ref`` pointers (``#/...``) are
 followed on both sides, recursion included.
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from . import _json_rules as rules
+from . import _json_shapes
 from ._drafts import Draft
 from ._json_refs import REFS, UNRESOLVED, Side, refs_in
 from ._model import Incompatibility
@@ -26,16 +28,18 @@ _HANDLED: Final = frozenset(
         "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
         "minLength", "maxLength", "pattern", "format", "items", "prefixItems", "additionalItems", "minItems",
         "maxItems", "uniqueItems", "properties", "required", "additionalProperties", "minProperties",
-        "maxProperties",
+        "maxProperties", "patternProperties", "anyOf", "oneOf",
     }
 )  # fmt: skip
 # Compared for identity only; the order fixes the order of the reports.
 _UNSUPPORTED: Final = (
-    "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-    "dependencies", "propertyNames", "patternProperties", "unevaluatedProperties", "unevaluatedItems",
+    "allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+    "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
     "contains", "minContains", "maxContains",
 )  # fmt: skip
 _CONSTRAINING: Final = _HANDLED | frozenset(_UNSUPPORTED) | frozenset(REFS)
+# Sum types the shapes module could not take (both anyOf and oneOf on one side): unprovable.
+_SUMS_UNPROVEN: Final = _json_shapes.SUMS
 _NUMERIC: Final = frozenset({"number", "integer"})
 _ANYTHING: Final[dict[str, Any]] = {}  # `true` as an object; one shared instance keeps `seen` keys stable
 
@@ -58,6 +62,7 @@ class _Checker:
         # keywords); assuming it compatible would prove anything, so it is refused.
         self.unguarded: set[tuple[int, int]] = set()
         self._splits: dict[int, tuple[Any, Any, Any]] = {}  # also keeps split-off nodes alive for `seen`
+        self._derived: dict[Any, Any] = {}
 
     def report(self, path: str, rule_pair: tuple[str, str], message: str) -> None:
         rule = rule_pair[0] if self.reader_is_new else rule_pair[1]
@@ -157,6 +162,20 @@ class _Checker:
             return
         self.issues.update(first)
 
+    def keep(self, key: Any, make: Callable[[], Any]) -> Any:
+        """A schema derived from the walked ones (a joined branch), made once per key and
+        kept alive, so that ``seen`` (keyed by ids) never mistakes a new one for an old one."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
+
+    def trial(self, run: Callable[[], None]) -> dict[tuple[str, str], Incompatibility]:
+        return self._trial(run)
+
+    def merge(self, issues: dict[tuple[str, str], Incompatibility]) -> None:
+        for key, issue in issues.items():
+            self.issues.setdefault(key, issue)
+
     def _trial(self, run: Callable[[], None]) -> dict[tuple[str, str], Incompatibility]:
         """Run a check on the side; keep its effects only when it found nothing."""
         issues, seen = self.issues, set(self.seen)
@@ -171,6 +190,14 @@ class _Checker:
         values = rules.enum_values(w)
         if values is not None and self._values_fit(r, w, values, path):
             return
+        if any(k in r or k in w for k in _json_shapes.SUMS) and not all(
+            self.same(r.get(k), w.get(k)) for k in _json_shapes.SUMS
+        ):
+            if _json_shapes.sum_types(self, r, w, path):
+                return
+            for k in _SUMS_UNPROVEN:
+                if k in r and not self.same(r[k], w.get(k)):
+                    self.unsupported(f"{path}.{k}", f"'{k}'")
         for k in _UNSUPPORTED:
             if k in r and (k not in w or not self.same(r[k], w[k])):
                 self.unsupported(f"{path}.{k}", f"'{k}'")
@@ -258,39 +285,7 @@ class _Checker:
                     f"{rules.subject(f'{path}.properties{step(name)}')}: {self.R} requires it, {self.W} does not.",
                 )
         rules.limits(self, path, r, w, "properties", "minProperties", "maxProperties", "properties")
-        r_props, w_props = r.get("properties", {}), w.get("properties", {})
-        r_add, w_add = r.get("additionalProperties", True), w.get("additionalProperties", True)
-        if "patternProperties" in w and not self.same(w["patternProperties"], r.get("patternProperties")):
-            w_add = True  # names matching the writer's patterns follow those: assume anything
-        for name in [*w_props, *(n for n in r_props if n not in w_props)]:
-            w_sub = w_props.get(name, w_add)
-            if w_sub is False:
-                continue
-            sub_path = f"{path}.properties{step(name)}"
-            if name not in r_props and "patternProperties" in r:
-                self.unsupported(sub_path, "which schema applies (the reader's patternProperties may match it)")
-                continue
-            r_sub = r_props.get(name, r_add)
-            if r_sub is False:
-                self.report(
-                    sub_path,
-                    ("property-removed", "property-added"),
-                    f"{rules.subject(sub_path)}: {self.W} allows it but {self.R} does not "
-                    f"({'additionalProperties: false' if name not in r_props else 'its schema is false'}).",
-                )
-            else:
-                self.descend(r_sub, w_sub, sub_path)
-        if w_add is False:
-            return
-        if r_add is False:
-            self.report(
-                path,
-                ("additional-properties-closed", "additional-properties-opened"),
-                f"{rules.subject(path)}: {self.R} forbids properties it does not list (additionalProperties: false), "
-                f"{self.W} allows them.",
-            )
-        else:
-            self.descend(r_add, w_add, f"{path}.additionalProperties")
+        _json_shapes.objects(self, r, w, path)
 
 
 def reading_issues(
