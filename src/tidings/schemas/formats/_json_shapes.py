@@ -60,11 +60,15 @@ class Checker(Protocol):
     def merge(self, issues: dict[Any, Any]) -> None: ...
 
 
-def _sum_key(s: dict[str, Any]) -> str | bool | None:
-    """Which sum keyword ``s`` uses: None for neither, False for both (not handled here)."""
+_BOTH: Final = "both"
+
+
+def _sum_key(s: dict[str, Any]) -> str | None:
+    """Which sum keyword ``s`` uses: None for neither, ``_BOTH`` for a shape not handled
+    here (both at once, or one that is not a non-empty list)."""
     present = [k for k in SUMS if k in s]
     if len(present) == 2 or any(not isinstance(s[k], list) or not s[k] for k in present):
-        return False
+        return _BOTH
     return present[0] if present else None
 
 
@@ -72,12 +76,14 @@ def sum_types(c: Checker, r: dict[str, Any], w: dict[str, Any], path: str) -> bo
     """Judge a pair where either side has ``anyOf`` or ``oneOf``; False when the shape is
     not one these rules cover (the caller then refuses it as unprovable)."""
     kr, kw = _sum_key(r), _sum_key(w)
-    if kr is False or kw is False or (kr is None and kw is None):
+    if _BOTH in (kr, kw) or (kr is None and kw is None):
         return False
-    w_parts = [w] if kw is None else [
-        c.keep((id(w), i), lambda b=b: _join(w, kw, b)) for i, b in enumerate(w[kw])
-    ]
-    r_rest = r if kr is None else c.keep((id(r), -1), lambda: {k: v for k, v in r.items() if k != kr})
+    w_parts: list[Any] = [w]
+    if kw is not None:
+        w_parts = [c.keep((id(w), i), _joiner(w, kw, b)) for i, b in enumerate(w[kw])]
+    r_rest = r
+    if kr is not None:
+        r_rest = c.keep((id(r), -1), _joiner(r, kr, True))
     for i, part in enumerate(w_parts):
         where = path if kw is None else f"{path}.{kw}[{i}]"
         if kr is not None:
@@ -88,8 +94,13 @@ def sum_types(c: Checker, r: dict[str, Any], w: dict[str, Any], path: str) -> bo
     return True
 
 
+def _joiner(s: dict[str, Any], key: str, branch: Any) -> Callable[[], Any]:
+    return lambda: _join(s, key, branch)
+
+
 def _join(w: dict[str, Any], key: str, branch: Any) -> Any:
-    """The writer's other keywords and one branch, as one schema (a superset of both)."""
+    """The writer's other keywords and one branch, as one schema (a superset of both);
+    with ``branch`` True, the other keywords alone."""
     rest = {k: v for k, v in w.items() if k != key}
     if branch is True or not rest:
         return branch if branch is not True else rest or True
@@ -103,7 +114,7 @@ def _join(w: dict[str, Any], key: str, branch: Any) -> Any:
 
 
 def _fit_one_branch(c: Checker, branches: list[Any], key: str, part: Any, where: str, path: str) -> None:
-    tried = [c.trial(lambda b=b, j=j: c.check(b, part, f"{path}.{key}[{j}]")) for j, b in enumerate(branches)]
+    tried = [c.trial(_checking(c, b, part, f"{path}.{key}[{j}]")) for j, b in enumerate(branches)]
     fits = [j for j, found in enumerate(tried) if not found]
     if not fits:
         # A branch of the same types as the writer's values was changed inside: its own
@@ -122,6 +133,10 @@ def _fit_one_branch(c: Checker, branches: list[Any], key: str, part: Any, where:
             f"{rules.subject(where)}: values {c.W} allows there fit branches {fits[0]} and {fits[1]} of "
             f"{c.R}'s oneOf, which refuses a value matching two branches.",
         )
+
+
+def _checking(c: Checker, r: Any, w: Any, path: str) -> Callable[[], None]:
+    return lambda: c.check(r, w, path)
 
 
 def _types(s: Any) -> frozenset[str]:
