@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 from collections.abc import AsyncIterator, Callable
+from importlib import resources
 from typing import Any
 
 import aiohttp
@@ -281,3 +282,150 @@ async def test_a_principal_sees_only_what_its_rights_allow(
     await asyncio.sleep(2.5)  # the server's token cache holds for at most 2 s
     await page.goto(f"{server.url}/console#/subscriptions")
     await expect(page.locator("#signin")).to_be_visible()
+
+
+def _model(**props: Any) -> str:
+    return json.dumps({"type": "object", "properties": props})
+
+
+async def test_schema_registry_versions_diff_and_compatibility(browser: Browser, console_server: ServerProcess) -> None:
+    server = console_server
+    page = await open_console(browser, server, server.admin_token)
+    await page.click("#nav >> text=Schemas")
+    register = page.locator("section", has=page.locator("h2", has_text="Register a schema"))
+    for model in (_model(a={"type": "string"}), _model(a={"type": "string", "description": "the a"})):
+        await register.locator("input[name=subject]").fill("com.example.order")
+        await register.locator("textarea[name=model]").fill(model)
+        await register.locator("button[type=submit]").click()
+        await expect(register.locator(".results .ok").last).to_contain_text("com.example.order: ok")
+    # One refused item by item: the registry's own compatibility error, inline.
+    await register.locator("textarea[name=model]").fill(_model(a={"type": "integer"}))
+    await register.locator("button[type=submit]").click()
+    await expect(register.locator(".results .error")).to_contain_text("IncompatibleSchema")
+    await expect(page.locator("#schemas tbody tr")).to_have_count(2)
+    await expect(page.locator('#schemas tr[data-id="1"]')).to_contain_text("com.example.order v1")
+
+    # Versions and the diff between them.
+    await page.fill("#schema-versions input[name=subject]", "com.example.order")
+    await page.click("#schema-versions button[type=submit]")
+    await expect(page.locator("#schema-version-list li")).to_have_text(["v1 → schema 1", "v2 → schema 2"])
+    await page.get_by_role("button", name="Diff", exact=True).click()
+    diff = page.locator("#schema-diff .diff")
+    await expect(diff.locator(".del")).to_have_text(['-       "type": "string"'])
+    await expect(diff.locator(".add")).to_have_text(['+       "type": "string",', '+       "description": "the a"'])
+
+    # The compatibility check: issues listed, or "Compatible".
+    check = page.locator("section", has=page.locator("h2", has_text="Compatibility check"))
+    await check.locator("input[name=subject]").fill("com.example.order")
+    await check.locator("textarea[name=model]").fill(_model(a={"type": "integer"}))
+    await check.locator("button[type=submit]").click()
+    await expect(page.locator("#compatibility .error")).to_contain_text("type-changed")
+    await check.locator("textarea[name=model]").fill(_model(a={"type": "string"}))
+    await check.locator("button[type=submit]").click()
+    await expect(page.locator("#compatibility .ok")).to_contain_text("Compatible")
+
+    # States (admins): deprecate version 1.
+    await page.locator('#schemas tr[data-id="1"]').get_by_role("button", name="Deprecate").click()
+    await expect(page.locator('#schemas tr[data-id="1"] .badge')).to_have_text("Deprecated")
+
+
+async def test_principals_and_tokens_for_admins_and_broadcasters(
+    browser: Browser, console_server: ServerProcess
+) -> None:
+    server = console_server
+    page = await open_console(browser, server, server.admin_token)
+    page.on("dialog", lambda d: asyncio.ensure_future(d.accept()))
+    await page.click("#nav >> text=Principals")
+    await page.fill("input[name=name]", "carol")
+    await page.get_by_role("button", name="Create", exact=True).click()
+    token = (await page.locator("#created-token .token").inner_text()).strip()
+    assert token.startswith("tid_")
+    await expect(page.locator('#principals tr[data-name="carol"]')).to_be_visible()
+    # The token shown works, until revoked from the console.
+    assert (await api(server, "tidings_whoami", None, token))["name"] == "carol"
+    await page.locator('#principals tr[data-name="carol"]').get_by_role("button", name="Revoke all tokens").click()
+    await expect(page.locator("#principal-results .ok")).to_have_text("carol: 1 token(s) revoked")
+    async with aiohttp.ClientSession() as http, http.post(
+        f"{server.url}/v1/tidings_whoami", headers={"authorization": f"Bearer {token}"}
+    ) as resp:
+        assert resp.status == 401
+    # Creating a principal that exists: the API's refusal, inline.
+    await page.fill("input[name=name]", "carol")
+    await page.get_by_role("button", name="Create", exact=True).click()
+    await expect(page.locator("#created-token [role=alert]")).to_contain_text("already_exists")
+
+    await page.click("#nav >> text=Broadcasters")
+    await expect(page.locator("#broadcasters tbody tr")).to_have_count(1)
+    await expect(page.locator("#broadcasters")).to_contain_text("all 0 publications")
+
+
+async def test_headers_keyboard_and_phone_width(browser: Browser, console_server: ServerProcess) -> None:
+    server = console_server
+    async with aiohttp.ClientSession() as http:
+        for path in ("/console", "/console/static/app.js", "/console/api/subscriptions"):
+            async with http.get(server.url + path) as resp:
+                csp = resp.headers["content-security-policy"]
+                assert "default-src 'self'" in csp and "script-src 'self'" in csp and "'unsafe-inline'" not in csp
+                assert resp.headers["x-content-type-options"] == "nosniff"
+                assert "set-cookie" not in resp.headers
+        async with http.get(server.url + "/console/static/..%2F__init__.py") as resp:
+            assert resp.status == 404
+        async with http.get(server.url + "/console/api/subscriptions?after=x",
+                            headers={"authorization": f"Bearer {server.admin_token}"}) as resp:
+            assert resp.status == 400 and (await resp.json())["error"]["code"] == "invalid_argument"
+    # No markup is built from strings anywhere in the page's code, and no inline script or style.
+    static = resources.files("tidings.console").joinpath("static")
+    for f in static.iterdir():
+        text = f.read_text()
+        for risky in (".innerHTML", ".outerHTML", "insertAdjacentHTML", "document.write", "eval(", " style="):
+            assert risky not in text, (f.name, risky)
+    assert "<script>" not in static.joinpath("index.html").read_text()
+
+    # Phone width, keyboard only: sign in, move between views with Tab and Enter.
+    page = await browser.new_page(viewport={"width": 390, "height": 844})
+    await page.goto(f"{server.url}/console")
+    await expect(page.locator("#token")).to_be_focused()
+    await page.keyboard.type(server.admin_token)
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#view h1")).to_have_text("Subscriptions")
+    await expect(page.locator("#view h1")).to_be_focused()  # focus moves to the new view
+    seen = []
+    for _ in range(12):  # back from the heading: Sign out, the navigation links
+        await page.keyboard.press("Shift+Tab")
+        seen.append(await page.evaluate("document.activeElement.textContent"))
+        if seen[-1] == "Publications":
+            break
+    assert "Publications" in seen, seen
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#view h1")).to_have_text("Publications")
+    # Nothing is wider than the phone's screen.
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, width
+
+
+async def test_ten_thousand_subscriptions_are_paged_and_searched_on_the_server(
+    browser: Browser, console_server: ServerProcess, endpoints: Any
+) -> None:
+    server = console_server
+    ep = await endpoints(Hook())
+    await api(server, "icrc72_register_publication", [{"namespace": f"com.example.bulk{i}"} for i in range(10)])
+    for lo in range(0, 10_000, 2_000):
+        results = await api(server, "icrc72_register_subscription", [
+            {"namespace": f"com.example.bulk{i % 10}", "endpoint": ep.url} for i in range(lo, lo + 2_000)
+        ])
+        assert all("Ok" in r for r in results)
+    page = await open_console(browser, server, server.admin_token)
+    await expect(page.locator("text=10000 matches")).to_be_visible()
+    rows = page.locator("#subscriptions tbody tr")
+    await expect(rows).to_have_count(20)  # one page, not ten thousand rows
+    await expect(rows.first).to_have_attribute("data-id", "1")
+    await page.get_by_role("button", name="Next page").click()
+    await expect(rows.first).to_have_attribute("data-id", "21")
+    await page.fill("input[name=q]", "9999")
+    await page.press("input[name=q]", "Enter")
+    await expect(page.locator("text=1 match")).to_be_visible()
+    await expect(rows).to_have_count(1)
+    await page.fill("input[name=q]", "bulk7")
+    await page.press("input[name=q]", "Enter")
+    await expect(page.locator("text=1000 matches")).to_be_visible()
+    await expect(rows.first).to_contain_text("com.example.bulk7")

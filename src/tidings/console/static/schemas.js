@@ -49,7 +49,7 @@ export function schemasView(root, ctx) {
     const a = h("select", { name: "from", "aria-label": "Older version" });
     const b = h("select", { name: "to", "aria-label": "Newer version" });
     const res = h("div", { id: "schema-diff" });
-    const list = h("ul", { class: "results" });
+    const list = h("ul", { class: "results", id: "schema-version-list" });
     return h("section", { class: "card" }, h("h2", {}, "Versions and diff"),
       h("form", { class: "inline", id: "schema-versions", onsubmit: async (ev) => {
         ev.preventDefault();
