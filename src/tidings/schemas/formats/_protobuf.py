@@ -64,7 +64,7 @@ _LABELS = {
     ast.FieldCardinality.OPTIONAL: _FDP.LABEL_OPTIONAL, ast.FieldCardinality.REQUIRED: _FDP.LABEL_REQUIRED,
     ast.FieldCardinality.REPEATED: _FDP.LABEL_REPEATED,
 }
-_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]+\Z")
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\r\n]+\Z")
 _MAIN = "tidings-schema.proto"
 _POOL_PREFIX = "Couldn't build proto file into descriptor pool: "
 
@@ -166,7 +166,7 @@ class _Builder:
 
 def read_proto(text: str, name: str) -> descriptor_pb2.FileDescriptorProto:
     """A ``.proto`` text, or a base64 serialized ``FileDescriptorProto``, as a descriptor named ``name``."""
-    if "{" not in text and ";" not in text and _BASE64.match(text):
+    if _BASE64.match(text.strip()):
         try:
             fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode("".join(text.split())))
         except (binascii.Error, DecodeError, ValueError) as e:
