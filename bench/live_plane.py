@@ -46,7 +46,8 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
     async with aiohttp.ClientSession(headers=headers, connector=conn) as s:
         config: list[Any] = []
         if schema is not None:
-            reg = [{"format": schema[0], "model": json.dumps(schema[1])}]
+            model = schema[1] if isinstance(schema[1], str) else json.dumps(schema[1])  # .proto files are text
+            reg = [{"format": schema[0], "model": model}]
             (r,) = json.loads(await post(s, srv.url, "register_schema", json.dumps(reg).encode()))
             config = [["tidings:publication:schema", {"Nat": r["Ok"]["id"]}]]
         pub = [{"namespace": "bench.tp", "config": config}]

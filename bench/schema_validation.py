@@ -1,4 +1,4 @@
-"""Validations per second of a 10-field event against a JSON Schema and an Avro schema.
+"""Validations per second of a 10-field event against a JSON Schema, an Avro and a Protobuf schema.
 
     .venv/bin/python bench/schema_validation.py [--seconds 2]
 
@@ -53,6 +53,24 @@ AVRO_SCHEMA = {
 }
 
 
+PROTOBUF_SCHEMA = """syntax = "proto3";
+package bench;
+enum Currency { EUR = 0; USD = 1; ICP = 2; }
+message Payment {
+  int64 id = 1;
+  string user = 2;
+  double amount = 3;
+  Currency currency = 4;
+  bool paid = 5;
+  repeated string tags = 6;
+  optional string note = 7;
+  int32 count = 8;
+  double ratio = 9;
+  string owner = 10;
+}
+"""
+
+
 def event(amount: Any) -> dict[str, Any]:
     return {
         "Map": [
@@ -87,14 +105,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     args = parser.parse_args()
     good, bad = event({"Float": 12.5}), event({"Text": "twelve"})
-    print(f"{'format':<6} {'event':<8} {'validations/s':>14}  {'µs each':>8}")
-    for name, schema in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA)):
-        model = parse_model(name, json.dumps(schema))
+    print(f"{'format':<8} {'event':<8} {'validations/s':>14}  {'µs each':>8}")
+    for name, schema in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA), ("PROTOBUF", PROTOBUF_SCHEMA)):
+        model = parse_model(name, schema if isinstance(schema, str) else json.dumps(schema))
         if model.validate(good) is not None or model.validate(bad) is None:
             raise SystemExit(f"{name}: the sample events do not validate as expected")
         for label, value in (("valid", good), ("invalid", bad)):
             r = rate(model, value, args.seconds)
-            print(f"{name:<6} {label:<8} {r:>14,.0f}  {1e6 / r:>8.2f}")
+            print(f"{name:<8} {label:<8} {r:>14,.0f}  {1e6 / r:>8.2f}")
 
 
 if __name__ == "__main__":

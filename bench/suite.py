@@ -31,6 +31,7 @@ JSON_SCHEMA: dict[str, Any] = {
 AVRO_SCHEMA: dict[str, Any] = {
     "type": "record", "name": "Bench", "fields": [{"name": "i", "type": "long"}, {"name": "name", "type": "string"}],
 }
+PROTOBUF_SCHEMA = 'syntax = "proto3";\nmessage Bench {\n  int64 i = 1;\n  string name = 2;\n}\n'
 FANOUT_SUBS = 100
 LATENCY_WARMUP = 0.25  # seconds at the latency scenario's rate whose events are not counted
 
@@ -115,7 +116,7 @@ async def publish(s: Settings, batch: int) -> list[Row]:
     how = f"HTTP, {batch} event{'s' if batch > 1 else ''}/request, SQLite synchronous=FULL"
     rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
     if batch > 1:  # the cost of validating every event against a bound schema
-        for fmt, model in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA)):
+        for fmt, model in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA), ("PROTOBUF", PROTOBUF_SCHEMA)):
 
             async def run_schema(fmt: str = fmt, model: Any = model) -> dict[str, Any]:
                 with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:

@@ -65,6 +65,20 @@ Avro
 * ``canonical`` is not the Parsing Canonical Form (which drops defaults, docs, aliases):
   it is the full schema with names fully qualified and keys sorted.
 
+Protobuf
+--------
+
+* ``.proto`` text (``proto-schema-parser``) or a base64 ``FileDescriptorProto`` (what
+  Confluent's serializer sends), built into a private ``DescriptorPool`` with the
+  well-known ``google/protobuf`` files, which refuses duplicate numbers, unknown types
+  and unresolved imports. Imports from other schemas are given to ``ProtobufModel``
+  (``schemas.references`` resolves them). Events are checked against the first message
+  through protobuf's JSON mapping of the JSON instance.
+* Compatibility follows Confluent's rules (``_protobuf_compat``): ``package-changed``,
+  ``message-removed``, ``field-kind-changed``, ``field-scalar-kind-changed``,
+  ``field-named-type-changed``, ``field-numeric-label-changed``, ``required-field-added``/
+  ``-removed``, ``oneof-field-removed``, ``field-moved-to-oneof``.
+
 Compatibility
 -------------
 
