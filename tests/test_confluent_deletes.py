@@ -35,8 +35,8 @@ def raw(srv: ServerProcess, http: aiohttp.ClientSession) -> Raw:
     return Raw(http, srv)
 
 
-async def register(raw: Raw, subject: str, schema: str, **extra: Any) -> int:
-    answer = await raw.ok("POST", f"/subjects/{subject}/versions", {"schema": schema, **extra})
+async def register(raw: Raw, subject: str, schema: str | None = None, **extra: Any) -> int:
+    answer = await raw.ok("POST", f"/subjects/{subject}/versions", {"schema": schema, **extra} if schema else extra)
     return int(answer["id"])
 
 
@@ -155,11 +155,21 @@ async def test_deletes_survive_a_restart(server: ServerProcess, http: aiohttp.Cl
     sid = await register(raw, "kept-value", record("Kept", "a"))
     await register(raw, "kept-value", record("Kept", "a", "b"))
     await raw.ok("DELETE", "/subjects/kept-value/versions/1")
+    # References are kept too: the lookup after the restart finds the same schema.
+    await raw.ok("POST", "/subjects/part/versions", {"schemaType": "JSON", "schema": '{"type": "string"}'})
+    ref = [{"name": "part.json", "subject": "part", "version": 1}]
+    whole = {"schemaType": "JSON", "schema": '{"type": "array", "items": {"$ref": "part.json"}}', "references": ref}
+    wid = await register(raw, "whole", **whole)
     server.restart()
-    assert await raw.ok("GET", "/subjects/kept-value/versions") == [2]
-    assert await raw.ok("GET", "/subjects/kept-value/versions?deleted=true") == [1, 2]
-    assert (await raw.ok("GET", f"/schemas/ids/{sid}"))["schema"] == record("Kept", "a")
-    assert await raw.code("DELETE", "/subjects/kept-value/versions/1") == (404, 40406)
+    async with aiohttp.ClientSession() as fresh:  # http's kept-alive connections went with the old process
+        raw = Raw(fresh, server)
+        assert (await raw.ok("POST", "/subjects/whole", whole))["id"] == wid
+        assert (await raw.ok("GET", f"/schemas/ids/{wid}"))["references"] == ref
+        assert await raw.ok("GET", "/subjects/part/versions/1/referencedby") == [wid]
+        assert await raw.ok("GET", "/subjects/kept-value/versions") == [2]
+        assert await raw.ok("GET", "/subjects/kept-value/versions?deleted=true") == [1, 2]
+        assert (await raw.ok("GET", f"/schemas/ids/{sid}"))["schema"] == record("Kept", "a")
+        assert await raw.code("DELETE", "/subjects/kept-value/versions/1") == (404, 40406)
 
 
 def test_the_confluent_client_soft_then_permanent(srv: ServerProcess) -> None:

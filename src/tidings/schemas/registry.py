@@ -113,12 +113,12 @@ class SchemaRegistry(SubjectOps):
         self.generation += 1
 
     def _index(self, r: SchemaRecord) -> None:
-        if r.format == "JSON" and r.deleted_at is None:
+        if r.format == "JSON" and r.deleted_at is None and not r.references:
             # Stored by an older version, the canonical text may write 1.0 where it now
-            # writes 1: recomputed, so the same schema registered again finds its id.
-            _, sep, refs = r.canonical.partition("\nreferences=")  # references.identity
+            # writes 1: recomputed, so the same schema registered again finds its id. (A
+            # schema with references came later, and its canonical text is of the bundle.)
             with contextlib.suppress(MalformedSchema):
-                r = replace(r, canonical=json_canonical(r.model) + sep + refs)
+                r = replace(r, canonical=json_canonical(r.model))
         self.schemas[r.id] = r
         if r.deleted_at is None:
             self._by_canonical[(r.format, r.canonical)] = r.id
