@@ -73,3 +73,23 @@ async def test_subscriptions_and_cursors(state: State) -> None:
     await state.set_cursor("redis:A", "1-0")
     await state.set_cursor("redis:A", "2-0")
     assert await state.get_cursor("redis:A") == "2-0"
+
+
+async def test_one_batch_with_repeats_many_sets_and_more_than_one_script_call(state: State) -> None:
+    """Within one call the first of repeated (set, id) pairs is the one added, outboxes keep
+    the marks' order, and a batch longer than one script call (2,000 marks) is exact too."""
+    marks = [Mark(f"notifiedEvents:s{k % 3}", f"g{k // 6}", f"sub:s{k % 3}", f"p{k}".encode()) for k in range(4500)]
+    marks += [Mark("publishedEvents:N", "dup"), Mark("publishedEvents:N", "dup", "net:N", b"late")]
+    got = await state.mark(marks)
+    first: set[tuple[str, str]] = set()
+    want = []
+    for m in marks:
+        want.append((m.set_name, m.gid) not in first)
+        first.add((m.set_name, m.gid))
+    assert got == want and want.count(False) == 4500 // 2 + 1
+    for s in range(3):
+        expected = [m.payload for m, new in zip(marks, want, strict=True) if new and m.outbox == f"sub:s{s}"]
+        assert await state.peek(f"sub:s{s}", 5000) == expected
+    assert await state.peek("net:N", 10) == []
+    assert await state.mark([Mark("notifiedEvents:s0", "g0", "sub:s0", b"again")]) == [False]
+    assert await state.mark([]) == []

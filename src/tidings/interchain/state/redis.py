@@ -5,19 +5,70 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from ..errors import InterchainError
 from ._base import Mark, State
 
 __all__ = ["RedisState"]
 
+_pack = msgspec.msgpack.Encoder().encode
+
 # SADD, and RPUSH only when SADD added: one atomic step, so of two deliveries of the
 # same id exactly one enqueues (the check-then-mark of the reference implementation
-# lets both through).
+# lets both through). A whole batch is one call: KEYS are the batch's distinct sets and
+# outboxes, ARGV[2..] its distinct payloads, ARGV[1] the marks as one MessagePack array
+# of four columns: set index, outbox index (0: none), gid, payload index (Redis'
+# cmsgpack reads no binary type, hence payloads beside it). Per set, one SMISMEMBER says
+# which ids are new (the first of repeats within the batch counts) and one SADD adds
+# them all; per outbox one RPUSH, in the marks' order. The answer is one string, '1'
+# (added) or '0' per mark. One command per batch instead of one per mark: redis-py's
+# packing and parsing of each command was most of the cost, then Lua's per-call
+# overhead (BENCHMARKS.md, "Distributor dedup").
 _MARK = """
-local added = redis.call('SADD', KEYS[1], ARGV[1])
-if added == 1 and #KEYS > 1 then redis.call('RPUSH', KEYS[2], ARGV[2]) end
-return added
+local cols = cmsgpack.unpack(ARGV[1])
+local sets, outs, gids, pays = cols[1], cols[2], cols[3], cols[4]
+local n = #gids
+local groups, order = {}, {}
+for i = 1, n do
+  local g = groups[sets[i]]
+  if g == nil then g = {}; groups[sets[i]] = g; order[#order + 1] = sets[i] end
+  g[#g + 1] = i
+end
+local added = {}
+for _, s in ipairs(order) do
+  local idx = groups[s]
+  local members = {}
+  for j = 1, #idx do members[j] = gids[idx[j]] end
+  local present = redis.call('SMISMEMBER', KEYS[s], unpack(members))
+  local seen = {}
+  for j = 1, #idx do
+    local gid = members[j]
+    if present[j] == 0 and not seen[gid] then added[idx[j]] = true end
+    seen[gid] = true
+  end
+  redis.call('SADD', KEYS[s], unpack(members))
+end
+local out, pushes, porder = {}, {}, {}
+for i = 1, n do
+  if added[i] then
+    out[i] = '1'
+    local o = outs[i]
+    if o > 0 then
+      local p = pushes[o]
+      if p == nil then p = {}; pushes[o] = p; porder[#porder + 1] = o end
+      p[#p + 1] = ARGV[pays[i]]
+    end
+  else
+    out[i] = '0'
+  end
+end
+for _, o in ipairs(porder) do redis.call('RPUSH', KEYS[o], unpack(pushes[o])) end
+return table.concat(out)
 """
+_CHUNK = 2000
+"""Marks per script call: a call blocks Redis while it runs, so very large batches are
+split (each mark stays atomic; the calls of one batch share one round trip)."""
 
 # Compare-and-pop: remove the leading items that are the ones sent (ARGV[2..k+1]), and
 # record their ids (ARGV[k+2..]) in the delivered set, in one step.
@@ -91,13 +142,30 @@ class RedisState(State):
     async def _mark(self, marks: Sequence[Mark]) -> list[bool]:
         # The script is loaded once in open(): a pipeline that loads scripts itself takes
         # a second connection from the pool, and many at once would starve it.
+        if not marks:
+            return []
         pipe = self._r.pipeline(transaction=False)
-        for m in marks:
-            if m.outbox is None:
-                pipe.sadd(self.key(m.set_name), m.gid)
-            else:
-                pipe.evalsha(self._sha, 2, self.key(m.set_name), self.key("outbox:" + m.outbox), m.gid, m.payload)
-        return [int(x) == 1 for x in await pipe.execute()]
+        for lo in range(0, len(marks), _CHUNK):
+            keys: dict[str, int] = {}
+            payloads: dict[bytes, int] = {}
+            sets: list[int] = []
+            outs: list[int] = []
+            gids: list[str] = []
+            pays: list[int] = []
+            for m in marks[lo:lo + _CHUNK]:
+                sets.append(keys.setdefault(m.set_name, len(keys) + 1))
+                gids.append(m.gid)
+                if m.outbox is None:
+                    outs.append(0)
+                    pays.append(0)
+                else:
+                    outs.append(keys.setdefault("outbox:" + m.outbox, len(keys) + 1))
+                    pays.append(payloads.setdefault(m.payload, len(payloads) + 2))
+            pipe.evalsha(self._sha, len(keys), *map(self.key, keys), _pack((sets, outs, gids, pays)), *payloads)
+        out: list[bool] = []
+        for answer in await pipe.execute():
+            out += [c == 49 for c in answer]  # b"1"
+        return out
 
     async def members(self, set_name: str) -> set[str]:
         return {m.decode() for m in await self._r.smembers(self.key(set_name))}
