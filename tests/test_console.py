@@ -158,6 +158,13 @@ async def test_sign_in_create_publish_and_see_it_in_the_tail_and_the_charts(
     await expect(row.locator('[data-stat="sent"]')).to_have_text("4")
     peak = json.loads(await chart.get_attribute("data-peak") or "[]")
     assert peak[0] > 0 and peak[1] > 0, peak  # publish rate and delivery rate rose
+
+    # The publications' statistics are live too.
+    await page.click("#nav >> text=Publications")
+    events = page.locator(f'#publications tr[data-namespace="{NS}"] [data-stat="events"]')
+    await expect(events).to_have_text("4")
+    await api(server, "icrc72_publish", [{"namespace": NS, "data": {"Nat": 5}}])
+    await expect(events).to_have_text("5")
     assert page.violations == [] and tail.violations == []  # type: ignore[attr-defined]
 
 

@@ -2,7 +2,7 @@
 const COLORS = ["#1f5fbf", "#1d7a3a", "#8a5a00", "#7b3fb3", "#b3261e"];
 
 export class LineChart {
-  constructor(canvas, names, windowPoints = 120) {
+  constructor(canvas, names, windowPoints = 60) {
     this.canvas = canvas; this.names = names; this.max = windowPoints;
     this.points = []; // [t, [v...]]
     this.draw();

@@ -50,7 +50,7 @@ export function deadLettersView(root, ctx) {
       h("button", { type: "button", class: "danger", id: "drop", onclick: () => act("tidings_drop_dead_letters") }, "Drop selected")),
     out, box, pagerBox);
 
-  function chosen() { return [...box.querySelectorAll("input[type=checkbox]:checked")].map((c) => Number(c.value)); }
+  function chosen() { return [...box.querySelectorAll("tbody input[type=checkbox]:checked")].map((c) => Number(c.value)); }
   async function act(method) {
     const ids = chosen();
     if (!ids.length) { showError(out, { message: "select dead letters first" }); return; }
@@ -72,7 +72,9 @@ export function deadLettersView(root, ctx) {
         h("td", { class: "hide-narrow" }, time(d.timestamp))));
     }
     clear(box).append(h("table", { id: "dead-letters" }, h("thead", {}, h("tr", {},
-      h("th", {}, ""), ...["notification", "subscription"].map((t) => h("th", { class: "num" }, t)), h("th", {}, "namespace"),
+      h("th", {}, h("input", { type: "checkbox", "aria-label": "Select all shown", onchange: (ev) => {
+        for (const c of box.querySelectorAll("tbody input[type=checkbox]")) c.checked = ev.target.checked;
+      } })), ...["notification", "subscription"].map((t) => h("th", { class: "num" }, t)), h("th", {}, "namespace"),
       h("th", { class: "num" }, "event"), h("th", { class: "num" }, "attempts"), h("th", {}, "reason"), h("th", { class: "hide-narrow" }, "when"))), body));
     if (!rows.length) box.append(h("p", { class: "muted" }, "No dead letters."));
     clear(pagerBox).append(pager(() => { prevs = []; load(null); },
@@ -97,24 +99,29 @@ export function replaysView(root, ctx) {
     h("form", { class: "inline", onsubmit: (ev) => { ev.preventDefault(); load(); } }, field("State", state), h("button", { type: "submit" }, "Show")),
     out, box, registerForm());
 
+  let live = true;
   async function load() {
     const query = { take: 100 };
     if (state.value) query.filter = { state: state.value };
     let rows;
     try { rows = await call("icrc77_get_replays", query); } catch (e) { showError(box, e); return; }
+    // Keep the keyboard's place across a refresh: the focused row's button is focused again.
+    const focused = document.activeElement && document.activeElement.closest ? document.activeElement.closest("#replays tr[data-id]") : null;
     const body = h("tbody");
+    live = false;
     for (const r of rows) {
       const expected = stat(r.stats, "icrc77:replay:stats:expected") || 0;
       const reached = stat(r.stats, "icrc77:replay:stats:reached") || 0;
       const st = Object.keys(r.status)[0];
-      const live = st === "pending" || st === "running";
+      const running = st === "pending" || st === "running";
+      live = live || running;
       body.append(h("tr", { "data-id": r.replayId },
-        h("td", { class: "num" }, String(r.replayId)), h("td", {}, r.namespace), h("td", {}, JSON.stringify(r.range)),
+        h("td", { class: "num" }, String(r.replayId)), h("td", {}, r.namespace), h("td", {}, "[" + r.range[0] + ", " + (r.range[1] === null ? "latest" : r.range[1]) + ")"),
         h("td", {}, h("span", { class: "badge " + st }, st)),
         h("td", {}, h("progress", { max: Math.max(1, expected), value: reached, "aria-label": "progress of replay " + r.replayId }), " " + reached + "/" + expected),
         h("td", { class: "num" }, String(stat(r.stats, "icrc77:replay:stats:sent") || 0)),
         h("td", { class: "hide-narrow" }, r.requester), h("td", { class: "num hide-narrow" }, String(r.subscription)),
-        h("td", {}, live ? h("button", { type: "button", class: "danger", onclick: async () => {
+        h("td", {}, running ? h("button", { type: "button", class: "danger", onclick: async () => {
           try { itemResults(out, ["replay " + r.replayId], await call("icrc77_cancel_replay", [r.replayId])); load(); } catch (e) { showError(out, e); }
         } }, "Cancel") : null)));
     }
@@ -122,6 +129,10 @@ export function replaysView(root, ctx) {
       h("th", { class: "num" }, "id"), h("th", {}, "namespace"), h("th", {}, "range"), h("th", {}, "state"), h("th", {}, "progress"),
       h("th", { class: "num" }, "sent"), h("th", { class: "hide-narrow" }, "requester"), h("th", { class: "num hide-narrow" }, "subscription"), h("th", {}, ""))), body));
     if (!rows.length) box.append(h("p", { class: "muted" }, "No replays."));
+    if (focused) {
+      const again = box.querySelector('tr[data-id="' + focused.dataset.id + '"] button') || box.querySelector("table");
+      if (again) again.focus();
+    }
   }
 
   function registerForm() {
@@ -138,6 +149,6 @@ export function replaysView(root, ctx) {
   }
 
   load();
-  timer = setInterval(load, 2000);
+  timer = setInterval(() => { if (live) load(); }, 2000); // refreshed while a replay is pending or running
   return () => clearInterval(timer);
 }

@@ -68,7 +68,7 @@ export function subscriptionsView(root, ctx) {
         const values = sample(prev && prev[1], counters, prev ? (data.t - prev[0]) / 1000 : 0);
         last.set(n, [data.t, counters]);
         if (!history.has(n)) history.set(n, []);
-        const hist = history.get(n); hist.push([data.t, values]); if (hist.length > 120) hist.shift();
+        const hist = history.get(n); hist.push([data.t, values]); if (hist.length > 60) hist.shift();
         const row = tableBox.querySelector('tr[data-id="' + n + '"]');
         if (row) for (const [k] of COUNTERS) { const td = row.querySelector('[data-stat="' + k + '"]'); if (td) td.textContent = String(counters[k]); }
         if (n === selected && chart) { chart.push(data.t, values); showNow(counters, values); }
@@ -132,8 +132,20 @@ export function subscriptionsView(root, ctx) {
   return () => { if (stopFeed) stopFeed(); };
 }
 
+const PUB_STATS = ["events", "notifications", "confirmations"];
+
 export function publicationsView(root, ctx) {
   let cursor = null;
+  // Live statistics: the shown page is read again every two seconds and its counters
+  // patched in place (the rows, and the keyboard's place in them, stay).
+  const timer = setInterval(async () => {
+    let page;
+    try { page = await get("publications", { q: q.value, after: cursor, take: 25 }); } catch (e) { return; }
+    for (const p of page.items) {
+      const row = tableBox.querySelector('tr[data-namespace="' + CSS.escape(p.namespace) + '"]');
+      if (row) for (const k of PUB_STATS) row.querySelector('[data-stat="' + k + '"]').textContent = String(p[k]);
+    }
+  }, 2000);
   const q = h("input", { type: "search", name: "q", "aria-label": "Search publications", placeholder: "namespace or owner" });
   const tableBox = h("div", { class: "table-wrap" });
   const pagerBox = h("div");
@@ -152,8 +164,8 @@ export function publicationsView(root, ctx) {
     const body = h("tbody");
     for (const p of page.items) {
       body.append(h("tr", { "data-namespace": p.namespace },
-        h("td", {}, p.namespace), h("td", {}, p.owner), h("td", { class: "num" }, String(p.events)),
-        h("td", { class: "num" }, String(p.notifications)), h("td", { class: "num" }, String(p.confirmations)),
+        h("td", {}, p.namespace), h("td", {}, p.owner),
+        ...PUB_STATS.map((k) => h("td", { class: "num", "data-stat": k }, String(p[k]))),
         h("td", { class: "hide-narrow" }, p.publishers.join(", ")),
         h("td", { class: "hide-narrow" }, h("pre", {}, json(p.config))),
         h("td", {}, h("a", { href: "#/tail/" + encodeURIComponent(p.namespace) }, "Tail"), " ",
@@ -199,5 +211,5 @@ export function publicationsView(root, ctx) {
   }
 
   load(null);
-  return null;
+  return () => clearInterval(timer);
 }
