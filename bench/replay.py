@@ -175,6 +175,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         with Server(data) as server:
             results.append(await baseline(server, ep, every, args.baseline_s))
             results.append(await replay_once(server, ep, args.events, every, "hot log"))
+        if getattr(args, "hot_only", False):
+            return results
         from tidings.pipeline.archive import archive
         from tidings.pipeline.session import build
 
@@ -199,6 +201,7 @@ def main() -> int:
     p.add_argument("--live-every-ms", type=float, default=20.0)
     p.add_argument("--baseline-s", type=float, default=10.0, help="live latency measured first, with no replay")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--hot-only", action="store_true", help="replay from the hot log only (no archive, no Spark)")
     args = p.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)
     gen_s = generate(args.dir / "var", args.events, 1)

@@ -11,6 +11,7 @@ CLIENT = {
     "TransportError", "Value", "from_python", "item_result", "to_python",
     "SchemaWarning", "Schemas", "SyncSchemas", "schema_result",
     "Replays", "SyncReplays", "replay_result",
+    "Stream",
 }
 
 STORE = {

@@ -68,6 +68,10 @@ async def _serve(settings: Settings) -> int:
             log_level="warning", access_log=False, server_header=False,
             # Open event streams (the console's live feeds) never finish on their own.
             timeout_graceful_shutdown=5,
+            # The stream face (docs/streaming.md): the sans-I/O protocol stops reading a
+            # socket while the app does not take its messages (back-pressure); a message
+            # past the limit closes the connection with 1009.
+            ws="websockets-sansio", ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
         )
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())

@@ -134,6 +134,17 @@ class Settings:
     follows the draft: asserted up to draft-07, an annotation in 2019-09 and 2020-12 unless
     the schema's ``$vocabulary`` asks for format assertion."""
 
+    stream_window: int = 1_024
+    """Most publishes a stream connection (``/v1/stream``) may have unanswered; when full
+    the server stops reading that connection until some are answered."""
+
+    stream_max_frame_bytes: int = 1024 * 1024
+    """Largest WebSocket message a stream connection may send; a larger one closes the
+    connection with code 1009."""
+
+    stream_max_connections_per_principal: int = 16
+    """Most stream connections one principal may hold open; more are refused (HTTP 429)."""
+
     xmpp_component: str = ""
     """The XMPP component's domain (e.g. ``tidings.example.org``); empty: no XMPP face
     (docs/xmpp.md). Needs the ``xmpp`` extra."""
@@ -194,6 +205,9 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "max_batch_items": (1, 1_000_000),
     "max_body_bytes": (1, 1 << 30),
     "tail_capacity": (1, 10_000_000),
+    "stream_window": (1, 1_000_000),
+    "stream_max_frame_bytes": (64, 1 << 30),
+    "stream_max_connections_per_principal": (1, 100_000),
 }
 
 

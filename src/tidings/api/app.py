@@ -16,7 +16,7 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from ..broker import Broker
 from ..console import console_routes
@@ -26,6 +26,7 @@ from ._method import Reply
 from .confluent import ENDPOINTS, confluent_routes
 from .methods import METHODS
 from .openapi import openapi_document
+from .stream import StreamFace
 
 __all__ = ["create_app"]
 
@@ -76,6 +77,7 @@ def _well_formed(body: bytes) -> bool:
 def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
     """The ASGI app over ``broker``; with ``manage_broker`` it starts and stops the broker."""
     limit = broker.settings.max_body_bytes
+    stream = StreamFace(broker)
 
     async def call(request: Request) -> Response:
         name = request.path_params["method"]
@@ -155,6 +157,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
 
     return Starlette(
         routes=[
+            WebSocketRoute("/v1/stream", stream.serve),
             Route("/v1/{method}", call, methods=["POST"]),
             Route("/v1/{method}", method_not_allowed,
                   methods=["GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"]),

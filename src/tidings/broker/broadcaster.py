@@ -25,7 +25,9 @@ from ..errors import BadRequest, StoreError
 from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
 from .orchestrator import Orchestrator
 
-__all__ = ["ERR_RESERVED_HEADER", "ERR_SCHEMA_REFUSED", "ERR_SCHEMA_VIOLATION", "Broadcaster", "SchemaCheck"]
+__all__ = [
+    "ERR_RESERVED_HEADER", "ERR_SCHEMA_REFUSED", "ERR_SCHEMA_VIOLATION", "Broadcaster", "SchemaCheck", "check_event",
+]
 
 ERR_RESERVED_HEADER = 1
 """``GenericError.error_code``: a publisher tried to set a reserved header."""
@@ -39,6 +41,19 @@ class SchemaCheck(Protocol):
     """The schema a namespace's events must match now (``tidings.schemas.SchemaBinder``)."""
 
     def bind(self, ref: int | str, now: int) -> Any: ...
+
+def check_event(e: Event, where: str) -> None:
+    """Raise ``BadRequest`` (``invalid_value``) if the event's data or a header value is
+    not a valid ICRC-16 value; ``where`` names the event in the message."""
+    check = values.check
+    try:
+        check(e.data, f"{where}.data")
+        if e.headers:
+            for key, v in e.headers:
+                check(v, f"{where}.headers.{key}")
+    except values.InvalidValue as x:
+        raise BadRequest(str(x), code="invalid_value") from None
+
 
 _RESERVED_PREFIXES = ("icrc72:broadcaster:", "icrc72:relay:", "icrc72:eventData:", "icrc77:replay:")
 _encode = msgspec.json.encode
@@ -79,27 +94,23 @@ class Broadcaster:
         return out
 
     async def publish(
-        self, caller: PrincipalRecord, events: Sequence[Event], warnings: list[str] | None = None
+        self, caller: PrincipalRecord, events: Sequence[Event], warnings: list[str] | None = None,
+        *, checked: bool = False,
     ) -> list[ItemResult | None]:
         """``icrc72_publish``: one result per event, ``Ok: [eventId]`` or ``Err``.
 
         Events of a publication bound to a schema are validated one by one: an invalid
         one gets its error and the others are still published. What a publisher should
-        know (a Deprecated schema) is added to ``warnings``."""
+        know (a Deprecated schema) is added to ``warnings``. ``checked``: the caller has
+        already run :func:`check_event` on each event (the stream face, item by item)."""
         n = len(events)
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
         namespaces = {e.namespace for e in events}
         self._orch.require_namespaces(namespaces)
-        check = values.check
-        for i, e in enumerate(events):
-            try:
-                check(e.data, f"$[{i}].data")
-                if e.headers:
-                    for key, v in e.headers:
-                        check(v, f"$[{i}].headers.{key}")
-            except values.InvalidValue as x:
-                raise BadRequest(str(x), code="invalid_value") from None
+        if not checked:
+            for i, e in enumerate(events):
+                check_event(e, f"$[{i}]")
 
         results: list[ItemResult | None] = [None] * n
         accepted: list[tuple[int, NewEvent]] = []

@@ -343,6 +343,18 @@ class Delivery:
     def worker(self, sub_id: int) -> Worker | None:
         return self._workers.get(sub_id)
 
+    def notifications(self, batch: Sequence[Note], conf: SubscriptionConfig) -> bytes:
+        """The JSON array of EventNotifications a push carries, stamped as sent now."""
+        sent = self.now_ns()
+        return _encode([
+            _Push(
+                id=n.id, eventId=n.event.id, prev_id=n.event.prev_id, timestamp=n.event.timestamp,
+                namespace=n.event.namespace, data=msgspec.Raw(n.event.data), source=n.event.source,
+                filter=conf.filter, headers=_with_sent(n.event.headers, sent),
+            )
+            for n in batch
+        ])
+
     async def post(
         self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig
     ) -> tuple[Outcome, object, str, float | None]:
@@ -353,15 +365,7 @@ class Delivery:
         transport = self.transports.get(scheme) if colon else None
         if transport is not None:  # another protocol's face (xmpp: docs/xmpp.md)
             return await transport(sub, batch, conf)
-        sent = self.now_ns()
-        body = _encode([
-            _Push(
-                id=n.id, eventId=n.event.id, prev_id=n.event.prev_id, timestamp=n.event.timestamp,
-                namespace=n.event.namespace, data=msgspec.Raw(n.event.data), source=n.event.source,
-                filter=conf.filter, headers=_with_sent(n.event.headers, sent),
-            )
-            for n in batch
-        ])
+        body = self.notifications(batch, conf)
         headers = {
             "content-type": "application/json",
             "x-tidings-subscription": str(sub.id),

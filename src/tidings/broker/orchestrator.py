@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from msgspec import UNSET
 
 from ..core import config as cfg
-from ..core import ens, values, webhooks
+from ..core import ens, values, webhooks, wire_stream
 from ..core.namespaces import is_catch_all, is_pattern, matcher, namespace_error, pattern_error
 from ..core.replay import read_pricing
 from ..core.wire import (
@@ -79,6 +79,8 @@ def _endpoint_error(endpoint: str | None, principal: str) -> str | None:
         return "a subscription needs an endpoint: the http(s) URL notifications are POSTed to"
     if endpoint.startswith(ens.ENTITY_PREFIX):  # an XMPP subscriber's own address (docs/xmpp.md)
         return ens.endpoint_error(endpoint, principal)
+    if endpoint.startswith(wire_stream.STREAM_PREFIX):  # pushed over a stream connection (docs/streaming.md)
+        return wire_stream.endpoint_error(endpoint)
     return url_syntax_problem(endpoint, "endpoint")
 
 

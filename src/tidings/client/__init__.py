@@ -1,7 +1,8 @@
 """The tidings SDK: publish, administer, and receive pushed notifications.
 
 Async first; ``SyncPublisher`` and ``SyncAdmin`` are the blocking faces for scripts.
-``Subscriber`` is an ASGI app to mount in any ASGI server.
+``Subscriber`` is an ASGI app to mount in any ASGI server; ``Stream`` is one persistent
+connection that publishes with many events in flight and receives ``stream:`` pushes.
 """
 
 from ..core.values import Principal, Value, from_python, to_python
@@ -11,6 +12,7 @@ from ._errors import ApiResponseError, ClientError, ItemError, TransportError
 from ._publisher import Publisher, SchemaWarning, item_result
 from ._replays import Replays, replay_result
 from ._schemas import Schemas, schema_result
+from ._stream import Stream
 from ._subscriber import Handler, Subscriber
 from ._sync import SyncAdmin, SyncPublisher, SyncReplays, SyncSchemas
 
@@ -29,6 +31,7 @@ __all__ = [
     "Replays",
     "SchemaWarning",
     "Schemas",
+    "Stream",
     "Subscriber",
     "SyncAdmin",
     "SyncPublisher",
