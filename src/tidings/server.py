@@ -66,7 +66,8 @@ async def _serve(settings: Settings) -> int:
         config = uvicorn.Config(
             app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
             log_level="warning", access_log=False, server_header=False,
-            # Open event streams (the console's live feeds) never finish on their own.
+            # The console's event streams end when they see should_exit (within a second);
+            # this bounds any other connection that would hold the shutdown up.
             timeout_graceful_shutdown=5,
             # The stream face (docs/streaming.md): the sans-I/O protocol stops reading a
             # socket while the app does not take its messages (back-pressure); a message
@@ -74,6 +75,7 @@ async def _serve(settings: Settings) -> int:
             ws="websockets-sansio", ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
         )
         server = uvicorn.Server(config)
+        app.state.stopping = lambda: server.should_exit  # the console's event streams end
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.01)

@@ -80,7 +80,13 @@ def _text(request: Request, name: str, limit: int = 256) -> str:
     return raw
 
 
+def _never() -> bool:
+    return False
+
+
 def console_routes(broker: Broker) -> list[BaseRoute]:
+    """The console's routes. The app that mounts them may set ``app.state.stopping``, a
+    callable saying whether the server is shutting down, to end the event streams then."""
     async def caller(request: Request) -> PrincipalRecord:
         return await broker.auth.principal(request.headers.get("authorization"))
 
@@ -130,6 +136,10 @@ def console_routes(broker: Broker) -> list[BaseRoute]:
     def recheck(request: Request) -> Any:
         return lambda: caller(request)
 
+    def stopping(request: Request) -> Any:
+        # Set by server.py: whether the server is shutting down (streams end, pages reconnect).
+        return lambda: bool(getattr(request.app.state, "stopping", _never)())
+
     def stream(body: Any) -> Response:
         headers = {**_HEADERS, "X-Accel-Buffering": "no"}
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
@@ -142,7 +152,7 @@ def console_routes(broker: Broker) -> list[BaseRoute]:
             raise BadRequest("ids must be integers separated by commas", code="invalid_argument") from None
         if len(ids) > MAX_WATCHED:
             raise BadRequest(f"a stats feed follows at most {MAX_WATCHED} subscriptions", code="invalid_argument")
-        return stream(stats_feed(broker, who, ids, recheck(request)))
+        return stream(stats_feed(broker, who, ids, recheck(request), stopping(request)))
 
     async def tail(request: Request, who: PrincipalRecord) -> Response:
         namespace = _text(request, "namespace")
@@ -151,7 +161,7 @@ def console_routes(broker: Broker) -> list[BaseRoute]:
             if namespace not in broker.orchestrator.publications:
                 raise NotFound(refused, code="namespace_not_found")
             raise Forbidden(refused)
-        return stream(tail_feed(broker, who, namespace, recheck(request)))
+        return stream(tail_feed(broker, who, namespace, recheck(request), stopping(request), _int(request, "after")))
 
     return [
         Route("/console", page, methods=["GET"]),

@@ -4,7 +4,9 @@ charts, and the tail of a namespace.
 The page reads them with ``fetch`` (so the bearer token travels in the Authorization
 header, as for every other request; ``EventSource`` cannot send one). Each feed checks
 the token and the caller's right again on every tick: a revoked token or a lost right
-ends the stream within a tick. A feed also ends after ``lifetime_s``; the page reconnects.
+ends the stream within a tick. A feed also ends after ``lifetime_s``, and within a tick of
+the server starting to shut down (``stopping``); the page reconnects, and the tail resumes
+after the last event it showed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ MAX_WATCHED = 20
 """Subscriptions one stats feed follows at most (one page of the table)."""
 _encode = msgspec.json.Encoder().encode
 Recheck = Callable[[], Any]
+Stopping = Callable[[], bool]
 
 
 def sse(event: str, data: Any) -> bytes:
@@ -43,12 +46,12 @@ async def _still_allowed(recheck: Recheck) -> str | None:
 
 
 async def stats_feed(
-    b: Broker, caller: PrincipalRecord, ids: list[int], recheck: Recheck,
+    b: Broker, caller: PrincipalRecord, ids: list[int], recheck: Recheck, stopping: Stopping,
     interval_s: float = 1.0, lifetime_s: float = 300.0,
 ) -> AsyncIterator[bytes]:
     """Every ``interval_s``, the counters of the watched subscriptions the caller may see."""
     end = time.monotonic() + lifetime_s
-    while time.monotonic() < end:
+    while time.monotonic() < end and not stopping():
         refused = await _still_allowed(recheck)
         if refused is not None:
             yield sse("end", {"reason": refused})
@@ -64,19 +67,23 @@ async def stats_feed(
 
 
 async def tail_feed(
-    b: Broker, caller: PrincipalRecord, namespace: str, recheck: Recheck,
-    backlog: int = 20, interval_s: float = 0.25, lifetime_s: float = 300.0,
+    b: Broker, caller: PrincipalRecord, namespace: str, recheck: Recheck, stopping: Stopping,
+    after: int | None = None, backlog: int = 20, interval_s: float = 0.25, lifetime_s: float = 300.0,
 ) -> AsyncIterator[bytes]:
-    """The last ``backlog`` events of ``namespace`` (of the most recent thousand in the
-    log), then each new one as it is stored, decoded."""
-    head = await b.store.head()
-    recent = await b.store.read_after(max(0, head - 1000), [namespace], limit=1000)
-    position = head
-    for e in recent[-backlog:]:
-        yield sse("event", event_view(e))
+    """The events of ``namespace`` after the log position ``after``; without one, the last
+    ``backlog`` events (of the most recent thousand in the log) first. Each event carries
+    its position (``seq``), which a reconnecting page passes back as ``after``."""
+    if after is None:
+        head = await b.store.head()
+        recent = await b.store.read_after(max(0, head - 1000), [namespace], limit=1000)
+        for e in recent[-backlog:]:
+            yield sse("event", event_view(e))
+        position = head
+    else:
+        position = after
     yield sse("ready", {"position": position})
     end = time.monotonic() + lifetime_s
-    while time.monotonic() < end:
+    while time.monotonic() < end and not stopping():
         refused = await _still_allowed(recheck) or may_tail(b, caller, namespace)
         if refused is not None:
             yield sse("end", {"reason": refused})

@@ -44,9 +44,10 @@ export async function get(path, params) {
 export function stream(path, params, onEvent, onError) {
   let stopped = false;
   let controller = null;
-  const q = new URLSearchParams(params).toString();
   async function run() {
     while (!stopped) {
+      // params may be a function: asked again at each (re)connection (the tail resumes).
+      const q = new URLSearchParams(typeof params === "function" ? params() : params).toString();
       controller = new AbortController();
       try {
         const resp = await fetch("/console/api/" + path + "?" + q, { headers: headers(), signal: controller.signal });

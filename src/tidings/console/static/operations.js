@@ -20,9 +20,16 @@ export function tailView(root, ctx) {
     if (!namespace) return;
     info.textContent = "Connecting to " + namespace + "…";
     toggle.textContent = "Stop";
-    stop = stream("tail", { namespace }, (name, data) => {
-      if (name === "ready") { info.textContent = "Following " + namespace + " (newest first)."; return; }
+    let position = null; // the log position of the last event shown: a reconnection resumes there
+    const params = () => (position === null ? { namespace } : { namespace, after: position });
+    stop = stream("tail", params, (name, data) => {
+      if (name === "ready") {
+        position = Math.max(position === null ? 0 : position, data.position);
+        info.textContent = "Following " + namespace + " (newest first).";
+        return;
+      }
       if (name !== "event") return;
+      position = Math.max(position === null ? 0 : position, data.seq);
       list.prepend(h("li", { "data-event-id": data.id },
         h("div", {}, h("strong", {}, "#" + data.id), " ", h("span", { class: "muted" }, time(data.timestamp) + " from " + data.source)),
         h("pre", {}, json(data.data)),
