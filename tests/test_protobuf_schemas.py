@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import base64
 import pickle
+from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pb2, json_format, message_factory
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.schemas.formats import MalformedSchema, check_compatibility, parse_model
+from tidings.schemas.formats._icrc16 import to_json_instance
 from tidings.schemas.formats._protobuf import ProtobufModel
 
 
@@ -153,3 +155,54 @@ def test_int32_fields_take_every_int32(n: int) -> None:
 
 
 _INT32 = parse_model("PROTOBUF", proto("message V { int32 v = 1; }"))
+
+
+_RICH = parse_model("PROTOBUF", proto("""
+message R {
+  int32 i32 = 1; int64 i64 = 2; uint32 u32 = 3; sint64 s64 = 4; double d = 5; float f = 6; bool b = 7;
+  string s = 8; bytes by = 9; Kind k = 10; repeated int32 ri = 11; map<string, int64> m = 12;
+  map<int32, string> mi = 13; Inner inner = 14; repeated Inner inners = 15;
+  oneof o { string oa = 16; int32 ob = 17; }
+  optional string maybe = 18; google.protobuf.Timestamp at = 19;
+  message Inner { string x = 1; R back = 2; }
+}
+enum Kind { A = 0; B = 1; }
+""", imports='import "google/protobuf/timestamp.proto";'))
+_FIELDS = ["i32", "i64", "u32", "s64", "d", "f", "b", "s", "by", "k", "ri", "m", "mi", "inner", "inners", "oa", "ob",
+           "maybe", "at", "nope"]
+_scalar = st.one_of(
+    st.integers(-(2**65), 2**65).map(lambda n: {"Nat": n} if n >= 0 else {"Int": n}),
+    st.floats(allow_nan=False, width=64).map(lambda x: {"Float": x}),
+    st.sampled_from(["A", "B", "C", "1", "-7", "1.5", "QUJD", "2026-01-01T00:00:00Z", "", "true"]).map(
+        lambda t: {"Text": t}),
+    st.booleans().map(lambda b: {"Bool": b}),
+    st.just({"Option": None}),
+)
+_value = st.recursive(_scalar, lambda inner: st.one_of(
+    st.lists(inner, max_size=3).map(lambda xs: {"Array": xs}),
+    st.lists(st.tuples(st.sampled_from([*_FIELDS, "1", "x"]), inner), max_size=4).map(
+        lambda kv: {"Map": [[k, v] for k, v in kv]}),
+), max_leaves=12)
+_message = st.lists(st.tuples(st.sampled_from(_FIELDS), _value), max_size=5).map(
+    lambda kv: {"Map": [[k, v] for k, v in kv]})
+
+
+@given(_message)
+def test_the_compiled_check_agrees_with_protobufs_json_mapping(value: Any) -> None:
+    """The fast check never accepts what ``json_format.ParseDict`` refuses. It is stricter in
+    a few places only, where Python's parser is lenient: a boolean is not a number, an
+    array or a string is not a message, an enum number is an int32, and bytes are strict
+    base64 (Python's decoder skips characters outside the alphabet)."""
+    assert isinstance(_RICH, ProtobufModel)
+    cls = message_factory.GetMessageClass(_RICH.file.message_types_by_name["R"])
+    try:
+        json_format.ParseDict(to_json_instance(value), cls())
+        accepted = True
+    except json_format.ParseError:
+        accepted = False
+    found = _RICH.validate(value)
+    assert accepted or found is not None
+    if found is not None and accepted:
+        lenient = ("True is not", "False is not", "is not an object", "out of range", "is not an integer",
+                   "is not base64")
+        assert any(x in found.reason for x in lenient), found

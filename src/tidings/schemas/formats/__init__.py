@@ -73,7 +73,8 @@ Protobuf
   well-known ``google/protobuf`` files, which refuses duplicate numbers, unknown types
   and unresolved imports. Imports from other schemas are given to ``ProtobufModel``
   (``schemas.references`` resolves them). Events are checked against the first message
-  through protobuf's JSON mapping of the JSON instance.
+  by the rules of protobuf's JSON mapping, compiled once per message (``_protobuf_validate``;
+  never more lenient than ``json_format.ParseDict``, a few times faster).
 * Compatibility follows Confluent's rules (``_protobuf_compat``): ``package-changed``,
   ``message-removed``, ``field-kind-changed``, ``field-scalar-kind-changed``,
   ``field-named-type-changed``, ``field-numeric-label-changed``, ``required-field-added``/

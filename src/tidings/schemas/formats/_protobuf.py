@@ -10,7 +10,7 @@ types, duplicate field numbers or names and other errors the grammar lets throug
 ``canonical`` is the built descriptor (names fully qualified, comments and layout gone)
 as sorted JSON, so two texts that define the same messages are duplicates. An event is
 validated against the file's first message (Confluent's default message index ``[0]``),
-through protobuf's own JSON mapping.
+by the rules of protobuf's JSON mapping (``_protobuf_validate``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from google.protobuf import (  # the well-known types every file may import
     empty_pb2,
     field_mask_pb2,
     json_format,
-    message_factory,
     source_context_pb2,
     struct_pb2,
     timestamp_pb2,
@@ -44,6 +43,8 @@ from proto_schema_parser.parser import Parser
 from . import _protobuf_compat
 from ._icrc16 import to_json_instance
 from ._model import Incompatibility, MalformedSchema, Model, SchemaFormat, Violation
+from ._paths import instance_path
+from ._protobuf_validate import compile_message
 
 __all__ = ["WELL_KNOWN", "ProtobufModel"]
 
@@ -211,7 +212,7 @@ def build(text: str, deps: dict[str, str]) -> tuple[descriptor_pool.DescriptorPo
 class ProtobufModel(Model):
     """A ``.proto`` file with its imports (``deps``: import path → text)."""
 
-    __slots__ = ("_cls", "deps", "file")
+    __slots__ = ("_check", "deps", "file")
 
     format = SchemaFormat.PROTOBUF
 
@@ -221,7 +222,7 @@ class ProtobufModel(Model):
         if not self.file.message_types_by_name:
             raise MalformedSchema("Protobuf: the file defines no message")
         first = self.file.message_types_by_name[next(iter(self.file.message_types_by_name))]
-        self._cls = message_factory.GetMessageClass(first)
+        self._check = compile_message(first)
         self.text = text
         self.canonical = json_format.MessageToJson(self.descriptor(), sort_keys=True, indent=None)
 
@@ -237,11 +238,11 @@ class ProtobufModel(Model):
         return base64.b64encode(self.descriptor().SerializeToString(deterministic=True)).decode()
 
     def validate(self, value: Any) -> Violation | None:
-        try:
-            json_format.ParseDict(to_json_instance(value), self._cls())
-        except json_format.ParseError as e:
-            return Violation("$", str(e))
-        return None
+        failure = self._check(to_json_instance(value))
+        if failure is None:
+            return None
+        reason, steps = failure
+        return Violation(instance_path(reversed(steps)), reason)
 
     def __reduce__(self) -> tuple[type[ProtobufModel], tuple[str, dict[str, str]]]:
         return ProtobufModel, (self.text, self.deps)
