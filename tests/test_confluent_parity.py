@@ -291,6 +291,9 @@ def test_confluent_serializers_round_trip(srv: ServerProcess) -> None:
         # The import became a subject of its own and a reference, as Confluent's serializer asks.
         latest = sr.get_latest_version("ser-proto-value")
         assert latest.schema.schema_type == "PROTOBUF"
+        # Sent as a base64 descriptor, it reads back as .proto text, as from Confluent.
+        assert latest.schema.schema_str.startswith('syntax = "proto3";\npackage shop;\n')
+        assert "message PbOrder {" in latest.schema.schema_str
         assert [(r.name, r.subject) for r in latest.schema.references] == [
             ("tidings_test/customer.proto", "tidings_test/customer.proto")]
         assert {"ser-avro-value", "ser-json-value", "ser-proto-value"} <= set(sr.get_subjects())

@@ -206,3 +206,20 @@ def test_the_compiled_check_agrees_with_protobufs_json_mapping(value: Any) -> No
         lenient = ("True is not", "False is not", "is not an object", "out of range", "is not an integer",
                    "is not base64")
         assert any(x in found.reason for x in lenient), found
+
+
+@pytest.mark.parametrize("text", [
+    BASE,
+    _RICH.text,
+    proto("message M { optional int32 a = 1 [default = 5]; required string b = 2; repeated int32 c = 3 "
+          "[packed = true]; } enum E { option allow_alias = true; X = 0; Y = 0; }", syntax="proto2"),
+    proto("message M { optional string a = 1; reserved \"old\"; message N { map<int32, M> m = 1; } }",
+          package="a.b", imports='import public "google/protobuf/empty.proto";'),
+])
+def test_a_base64_descriptor_is_written_back_as_proto_text(text: str) -> None:
+    model = parse_model("PROTOBUF", text)
+    assert isinstance(model, ProtobufModel) and model.as_text() == text  # text stays as registered
+    from_base64 = parse_model("PROTOBUF", model.serialized())
+    assert isinstance(from_base64, ProtobufModel) and from_base64.from_descriptor
+    written = from_base64.as_text()
+    assert "syntax" in written and parse_model("PROTOBUF", written) == model

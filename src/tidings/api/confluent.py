@@ -102,11 +102,13 @@ class _Face(ConfigEndpoints, DeleteEndpoints):
         return r
 
     def _text(self, r: SchemaRecord, c: Call) -> str:
-        """The schema text; Protobuf as a base64 descriptor when ``format=serialized`` asks for it."""
-        if r.format == "PROTOBUF" and c.query.get("format", "").lower() == "serialized":
+        """The schema text. Protobuf: the base64 descriptor when ``format=serialized`` asks
+        for it, else ``.proto`` text (written from the descriptor if it was registered so)."""
+        if r.format == "PROTOBUF":
             model = self.reg.model(r.id)
             if isinstance(model, ProtobufModel):
-                return model.serialized()
+                serialized = c.query.get("format", "").lower() == "serialized"
+                return model.serialized() if serialized else model.as_text()
         return r.model
 
     def versions_or_404(self, subject: str, deleted: bool = False) -> list[SchemaVersion]:

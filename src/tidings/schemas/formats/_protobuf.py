@@ -44,6 +44,7 @@ from . import _protobuf_compat
 from ._icrc16 import to_json_instance
 from ._model import Incompatibility, MalformedSchema, Model, SchemaFormat, Violation
 from ._paths import instance_path
+from ._protobuf_text import render_proto
 from ._protobuf_validate import compile_message
 
 __all__ = ["WELL_KNOWN", "ProtobufModel"]
@@ -212,12 +213,14 @@ def build(text: str, deps: dict[str, str]) -> tuple[descriptor_pool.DescriptorPo
 class ProtobufModel(Model):
     """A ``.proto`` file with its imports (``deps``: import path → text)."""
 
-    __slots__ = ("_check", "deps", "file")
+    __slots__ = ("_check", "deps", "file", "from_descriptor")
 
     format = SchemaFormat.PROTOBUF
 
     def __init__(self, text: str, deps: dict[str, str] | None = None) -> None:
         self.deps = dict(deps or {})
+        self.from_descriptor = bool(_BASE64.match(text.strip()))
+        """Registered as a base64 descriptor rather than as ``.proto`` text."""
         _pool, self.file = build(text, self.deps)
         if not self.file.message_types_by_name:
             raise MalformedSchema("Protobuf: the file defines no message")
@@ -236,6 +239,10 @@ class ProtobufModel(Model):
     def serialized(self) -> str:
         """The descriptor in base64, as Confluent answers ``format=serialized``."""
         return base64.b64encode(self.descriptor().SerializeToString(deterministic=True)).decode()
+
+    def as_text(self) -> str:
+        """The schema as ``.proto`` text: as registered, or written from its descriptor."""
+        return render_proto(self.descriptor()) if self.from_descriptor else self.text
 
     def validate(self, value: Any) -> Violation | None:
         failure = self._check(to_json_instance(value))
