@@ -7,7 +7,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tidings.core.global_id import escape_global_id
 from tidings.core.interchain import (
     DltPublish,
     DltSubscribe,
@@ -115,3 +118,10 @@ def test_public_surface_is_pinned() -> None:
     assert Network.__abstractmethods__ == {"publish", "follow", "events"}
     assert State.__abstractmethods__ == {"mark", "members", "peek", "pop", "outbox_size", "save_subscription",
                                          "subscriptions", "get_cursor", "set_cursor"}
+
+
+@given(st.text(min_size=1).filter(lambda g: not any(0xD800 <= ord(c) <= 0xDFFF for c in g)))
+def test_an_escaped_global_id_is_ascii_and_reads_back_through_the_rule(gid: str) -> None:
+    escaped = escape_global_id(gid)
+    assert escaped.isascii() and escaped.isprintable() and not set(escaped) & set(" \r\n:&=#?+")
+    assert global_id("https://h/e?x=1&hl=" + escaped + "#f") == gid

@@ -43,6 +43,7 @@ __all__ = [
     "REPLACEMENT",
     "REPLACEMENT_ESCAPE",
     "GlobalIdError",
+    "escape_global_id",
     "global_id",
     "percent_decode",
 ]
@@ -66,6 +67,7 @@ REPLACEMENT_ESCAPE: Final = "(?i)%EF%BF%BD"
 """U+FFFD percent-encoded (Python and Java regular expression)."""
 
 _ESCAPE = re.compile(ESCAPE_PATTERN.encode())
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
 class GlobalIdError(ValueError):
@@ -107,3 +109,10 @@ def global_id(data_location: str) -> str:
     except UnicodeError:
         raise GlobalIdError(f"the {GLOBAL_ID_PARAM} parameter of dataLocation is not UTF-8 text once decoded: "
                             f"{value[:200]!r}", code="invalid_global_id") from None
+
+
+def escape_global_id(gid: str) -> str:
+    """``gid`` as printable ASCII that no adapter misreads (a NATS header, a Redis key, a
+    URL query): every UTF-8 byte outside ``A-Z a-z 0-9 - . _ ~`` percent-encoded. One to
+    one, and the inverse of the rule's decoding: ``global_id("...?hl=" + escape_global_id(g)) == g``."""
+    return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in gid.encode("utf-8", "surrogatepass"))

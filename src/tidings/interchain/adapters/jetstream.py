@@ -7,9 +7,10 @@ default 30: how long a message the distributor fetched but never acknowledged, b
 it died, waits before JetStream delivers it again). The stream is created on first use
 if it does not exist. Messages carry the publish body as JSON; on
 reading, ``id`` is the stream sequence, ``timestamp`` the stream's time in
-milliseconds, ``network`` this network's name. Following uses a durable pull consumer,
-acknowledging each message once the distributor has recorded it, so a restarted
-distributor goes on where it stopped.
+milliseconds, ``network`` this network's name. Each publish carries ``Nats-Msg-Id``, the
+escaped global id, so JetStream's duplicate window absorbs resends. Following uses a
+durable pull consumer, acknowledging each message once the distributor has recorded it,
+so a restarted distributor goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from ...core.interchain import DltPublish, NetworkNotification, notification_of
+from ...core.global_id import escape_global_id
+from ...core.interchain import DltPublish, InvalidEvent, NetworkNotification, global_id, notification_of
 from ..errors import InterchainError, NetworkUnavailable
 from ._base import Deliver, Network
 
@@ -28,6 +30,18 @@ __all__ = ["JetStreamNetwork"]
 _decode = msgspec.json.Decoder(DltPublish).decode
 _encode = msgspec.json.Encoder().encode
 _BATCH = 200
+_MSG_ID = "Nats-Msg-Id"
+
+
+def _headers(event: DltPublish) -> dict[str, str] | None:
+    """``Nats-Msg-Id`` is the event's global id, escaped (a header holds no CR, LF or
+    non-ASCII): JetStream drops a second publish of it within the stream's duplicate
+    window, so a resend after a crash between sending and removing from the outbox does
+    not land twice."""
+    try:
+        return {_MSG_ID: escape_global_id(global_id(event.dataLocation))}
+    except InvalidEvent:
+        return None
 
 
 class JetStreamNetwork(Network):
@@ -87,7 +101,7 @@ class JetStreamNetwork(Network):
     async def publish(self, event: DltPublish) -> None:
         js = await self._jetstream()
         try:
-            await js.publish(self.subject, _encode(event), stream=self.stream, timeout=5)
+            await js.publish(self.subject, _encode(event), stream=self.stream, timeout=5, headers=_headers(event))
         except Exception as e:  # timeouts, no responders, connection errors
             raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {e!r}") from e
 
@@ -99,7 +113,8 @@ class JetStreamNetwork(Network):
         futures = []
         try:
             for e in events:
-                futures.append(await js.publish_async(self.subject, _encode(e), stream=self.stream))
+                futures.append(await js.publish_async(self.subject, _encode(e), stream=self.stream,
+                                                      headers=_headers(e)))
         except Exception as e:
             if not futures:
                 raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {e!r}") from e
