@@ -58,7 +58,7 @@ def hot_path(root: Path, notes: int = 20_000, batch: int = 100, rounds: int = 5)
 
 
 def _settle_all(data: Path, notes: int, batch: int, with_record: bool) -> float:
-    from tidings.store._deliveries import record_settled
+    from tidings.store._sqlite_deliveries import record_settled
 
     db = _create(data)
     conn = sqlite3.connect(db, isolation_level=None)

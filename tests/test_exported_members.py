@@ -20,6 +20,7 @@ STORE = {
     "SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaVersion",
     "InsufficientCredit", "ReplayCounts", "ReplayRecord",
     "AppendRouter", "Route",
+    "PrincipalStore", "RegistryStore", "EventStore", "DeliveryStore", "StatisticsStore", "SchemaStore", "ReplayStore",
 }
 
 

@@ -1,14 +1,28 @@
-"""Storage backends behind one interface: ``Store``, with SQLite and in-memory versions."""
+"""Storage backends behind one interface per concern, assembled as ``Store``.
+
+The concerns (``tidings.store._base``): ``PrincipalStore``, ``RegistryStore``
+(publications, publishers, subscriptions, secrets), ``EventStore``, ``DeliveryStore``
+(notifications, dead letters, delivery records), ``StatisticsStore``, ``SchemaStore`` and
+``ReplayStore``. Each backend implements each concern in its own module: SQLite
+(``SQLiteStore``, embedded) and memory (``MemoryStore``).
+"""
 
 from ._base import (
     AppendRouter,
     DeadLetter,
+    DeliveryStore,
+    EventStore,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
+    PrincipalStore,
     PublicationRecord,
+    RegistryStore,
+    ReplayStore,
     Route,
+    SchemaStore,
     Stat,
+    StatisticsStore,
     Store,
     StoredEvent,
     SubscriptionRecord,
@@ -24,21 +38,28 @@ __all__ = [
     "AppendRouter",
     "DeadLetter",
     "DeliveryRecord",
+    "DeliveryStore",
+    "EventStore",
     "InsufficientCredit",
     "MemoryStore",
     "NewEvent",
     "PendingNotification",
     "PrincipalRecord",
+    "PrincipalStore",
     "PublicationRecord",
+    "RegistryStore",
     "ReplayCounts",
     "ReplayRecord",
+    "ReplayStore",
     "Route",
     "SQLiteStore",
     "SchemaChange",
     "SchemaRecord",
     "SchemaSnapshot",
+    "SchemaStore",
     "SchemaVersion",
     "Stat",
+    "StatisticsStore",
     "Store",
     "StoredEvent",
     "SubscriptionRecord",

@@ -17,27 +17,46 @@ Contract (checked for every backend by ``tests/test_store_contract.py``):
 * Reads never see a half-applied write.
 """
 
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import msgspec
 
 from ._deliveries import DeliveryRecord
+from ._records import (
+    AppendRouter,
+    DeadLetter,
+    NewEvent,
+    PendingNotification,
+    PrincipalRecord,
+    PublicationRecord,
+    Route,
+    Stat,
+    StoredEvent,
+    SubscriptionRecord,
+    SubscriptionSecret,
+)
 from ._replays import ReplayStore
 from ._schemas import SchemaStore
 
 __all__ = [
+    "AppendRouter",
     "DeadLetter",
     "DeliveryRecord",
+    "DeliveryStore",
+    "EventStore",
     "NewEvent",
     "PendingNotification",
     "PrincipalRecord",
+    "PrincipalStore",
     "PublicationRecord",
+    "RegistryStore",
+    "ReplayStore",
+    "Route",
+    "SchemaStore",
     "Stat",
+    "StatisticsStore",
     "Store",
     "StoredEvent",
     "SubscriptionRecord",
@@ -45,143 +64,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PrincipalRecord:
-    name: str
-    admin: bool = False
-    created_at: int = 0
-    """UTC nanoseconds."""
-
-
-@dataclass(slots=True, kw_only=True)
-class PublicationRecord:
-    namespace: str
-    owner: str
-    config: list[Any] = field(default_factory=list)
-    """ICRC-16 Map pairs in wire form, as registered (unknown keys kept)."""
-    created_at: int = 0
-
-
-@dataclass(slots=True, kw_only=True)
-class SubscriptionRecord:
-    id: int
-    subscriber: str
-    namespace: str
-    endpoint: str | None
-    mode: str = "trusted"
-    config: list[Any] = field(default_factory=list)
-    cursor: int = 0
-    """Global ``seq`` of the last event this subscription has considered."""
-    created_at: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SubscriptionSecret:
-    """A secret pushes to a subscription are signed with (Standard Webhooks)."""
-
-    secret: str
-    created_at: int
-    """UTC nanoseconds."""
-    expires_at: int | None = None
-    """UTC nanoseconds after which it no longer signs; None: until a rotation sets it."""
-
-
-class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """An accepted event before it has ids: data and headers already JSON-encoded."""
-
-    namespace: str
-    source: str
-    timestamp: int
-    data: bytes
-    headers: bytes = b"[]"
-
-
-class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
-    seq: int
-    namespace: str
-    id: int
-    prev_id: int | None
-    timestamp: int
-    source: str
-    data: bytes
-    """The ICRC-16 data, JSON-encoded wire form."""
-    headers: bytes
-    """The header Map pairs, JSON-encoded wire form."""
-
-
-@dataclass(slots=True, kw_only=True)
-class Route:
-    """Notifications for one subscription, opened in the transaction of their events."""
-
-    subscription_id: int
-    events: list[StoredEvent]
-    """The events delivered to it, in log order (possibly none: all filtered out)."""
-    cursor: int
-    """The subscription's new cursor: the last event it was routed."""
-    stats: list[Stat]
-    ids: list[int] = field(default_factory=list)
-    """The notification ids, one per event; filled in by the store."""
-
-
-class AppendRouter(Protocol):
-    """Decides, inside an append's transaction, which notifications open with it.
-
-    Both methods run on the store's writing thread: ``plan`` before the commit (a
-    failure leaves the events unrouted, never unstored), ``committed`` right after it
-    and before any caller of ``append`` hears that its events are stored."""
-
-    def plan(self, events: Sequence[StoredEvent]) -> list[Route]: ...
-
-    def committed(self, events: Sequence[StoredEvent], routes: Sequence[Route]) -> None: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PendingNotification:
-    id: int
-    subscription_id: int
-    seq: int
-    namespace: str
-    attempts: int = 0
-    created_at: int = 0
-    """UTC nanoseconds when the notification was recorded."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeadLetter:
-    """A notification given up on: it keeps its id, so a redrive sends it again as itself."""
-
-    id: int
-    subscription_id: int
-    subscriber: str
-    seq: int
-    namespace: str
-    event_id: int
-    attempts: int
-    reason: str
-    dead_at: int
-    """UTC nanoseconds."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """A counter increment: ``scope`` is publication, publisher, subscriber or subscription."""
-
-    scope: str
-    key: str
-    name: str
-    delta: int = 1
-
-
-class Store(SchemaStore, ReplayStore, ABC):
-    """Async storage for one broker. Open with ``await store.open()``, close with ``close()``."""
-
-    @abstractmethod
-    async def open(self) -> None: ...
-
-    @abstractmethod
-    async def close(self) -> None: ...
-
-    # -- principals -------------------------------------------------------------------
+class PrincipalStore(ABC):
+    """Principals and their token hashes."""
 
     @abstractmethod
     async def create_principal(self, record: PrincipalRecord, token_hash: bytes) -> bool:
@@ -202,7 +86,9 @@ class Store(SchemaStore, ReplayStore, ABC):
     @abstractmethod
     async def list_principals(self) -> list[PrincipalRecord]: ...
 
-    # -- publications -----------------------------------------------------------------
+
+class RegistryStore(ABC):
+    """Publications, their publishers, subscriptions and their signing secrets."""
 
     @abstractmethod
     async def create_publication(self, record: PublicationRecord) -> bool:
@@ -275,7 +161,9 @@ class Store(SchemaStore, ReplayStore, ABC):
     async def secrets(self, subscription_id: int, now: int) -> list[SubscriptionSecret]:
         """A subscription's secrets not expired at ``now``, newest first."""
 
-    # -- the event log ----------------------------------------------------------------
+
+class EventStore(ABC):
+    """The append-only event log."""
 
     @abstractmethod
     async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
@@ -299,13 +187,22 @@ class Store(SchemaStore, ReplayStore, ABC):
     async def head(self) -> int:
         """The highest ``seq`` in the log (0 when empty)."""
 
-    # -- notifications ----------------------------------------------------------------
-
     def route_appends(self, router: AppendRouter | None) -> bool:
         """Have ``router`` open notifications in the transaction of each append from now on
         (None: stop). Returns whether this store does so; by default it does not, and
         notifications are opened by ``open_notifications`` after the events commit."""
         return False
+
+    @abstractmethod
+    async def trim_events(self, namespace: str, before: int) -> int:
+        """Delete the events of ``namespace`` stamped before ``before`` (UTC ns); returns how many.
+
+        Events that unconfirmed notifications or dead letters still point at are kept,
+        and the namespace's id chain goes on where it was."""
+
+
+class DeliveryStore(ABC):
+    """Notifications pending confirmation, dead letters, and the record of outcomes."""
 
     @abstractmethod
     async def open_notifications(
@@ -402,7 +299,9 @@ class Store(SchemaStore, ReplayStore, ABC):
         ``settle_notifications``, ``dead_letter`` and ``drop_dead_letters`` each append one
         per notification they change (confirmed, dead, dropped), in the same transaction."""
 
-    # -- statistics -------------------------------------------------------------------
+
+class StatisticsStore(ABC):
+    """Counters per publication, publisher, subscriber and subscription."""
 
     @abstractmethod
     async def add_stats(self, stats: Iterable[Stat]) -> None: ...
@@ -415,3 +314,18 @@ class Store(SchemaStore, ReplayStore, ABC):
     async def stat_keys(self, scope: str) -> list[str]:
         """Every key of ``scope`` that has counters, sorted (a subscriber whose
         subscriptions have all ended keeps its statistics)."""
+
+
+class Store(
+    PrincipalStore, RegistryStore, EventStore, DeliveryStore, StatisticsStore, SchemaStore, ReplayStore, ABC
+):
+    """Async storage for one broker: every concern's interface, one backend behind them.
+
+    Open with ``await store.open()``, close with ``close()``. Each backend implements each
+    concern in its own module (``_sqlite_events``, ``_memory_events``, ...)."""
+
+    @abstractmethod
+    async def open(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...

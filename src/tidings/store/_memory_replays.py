@@ -3,37 +3,19 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from ._base import PendingNotification, Stat, StoredEvent
+from ._memory_state import MemoryState
+from ._records import PendingNotification, Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
 
 __all__ = ["MemoryReplayStore"]
 
 
-class MemoryReplayStore(ReplayStore):
+class MemoryReplayStore(MemoryState, ReplayStore):
     """Copies in and out, so callers never share the store's objects (as with SQLite)."""
-
-    # MemoryStore's
-    _check: Callable[[], None]
-    _events: list[StoredEvent]
-    _trimmed: set[int]
-    _last_ids: dict[str, int]
-    _notes: dict[int, PendingNotification]
-    _dead: dict[int, Any]
-    _subs: dict[int, Any]
-    _last_note_id: int
-    _stats: dict[tuple[str, str, str], int]
-
-    def _replay_state(self) -> dict[str, Any]:
-        st: dict[str, Any] | None = getattr(self, "_replays_mem", None)
-        if st is None:
-            st = {"replays": {}, "notes": {}, "credits": {}, "last_id": 0}
-            self._replays_mem = st
-        return st
 
     @staticmethod
     def _copy(r: ReplayRecord) -> ReplayRecord:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from ._memory_state import MemoryState
 from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
 
 __all__ = ["MemorySchemaStore"]
 
 
-class MemorySchemaStore(SchemaStore):
+class MemorySchemaStore(MemoryState, SchemaStore):
     """Copies in and out, so callers never share the store's objects (as with SQLite)."""
-
-    _check: Callable[[], None]  # MemoryStore's
 
     def _schema_state(self) -> dict[str, Any]:
         st: dict[str, Any] | None = getattr(self, "_schemas_mem", None)

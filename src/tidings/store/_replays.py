@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # _base mixes this interface into Store
-    from ._base import Stat, StoredEvent
+if TYPE_CHECKING:
+    from ._records import Stat, StoredEvent
 
 __all__ = ["InsufficientCredit", "ReplayCounts", "ReplayRecord", "ReplayStore"]
 

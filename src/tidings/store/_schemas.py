@@ -101,10 +101,3 @@ class SchemaStore(ABC):
         self, schema_id: int | None, after: int = 0, limit: int | None = None
     ) -> list[SchemaChange]:
         """Audit entries by ``seq``, of one schema or (``schema_id`` None) of all."""
-
-    @abstractmethod
-    async def trim_events(self, namespace: str, before: int) -> int:
-        """Delete the events of ``namespace`` stamped before ``before`` (UTC ns); returns how many.
-
-        Events that unconfirmed notifications or dead letters still point at are kept,
-        and the namespace's id chain goes on where it was."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 
-from ._base import Stat, StoredEvent
+from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
+from ._sqlite_db import SQLiteAccess
 
 __all__ = ["REPLAY_DDL", "SQLiteReplayStore"]
 
@@ -87,11 +88,8 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SQLiteReplayStore(ReplayStore):
+class SQLiteReplayStore(SQLiteAccess, ReplayStore):
     """Relies on ``SQLiteStore``'s ``_read`` and ``_write`` (the single writer thread)."""
-
-    _read: Callable[..., Any]
-    _write: Callable[..., Any]
 
     async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
         def job(c: sqlite3.Connection, w: object) -> ReplayRecord:

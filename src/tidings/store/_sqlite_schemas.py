@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import msgspec
 
 from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
+from ._sqlite_db import SQLiteAccess
 
 __all__ = ["SCHEMA_DDL", "SQLiteSchemaStore", "migrate_schemas"]
 
@@ -94,11 +95,8 @@ def _put_changes(c: sqlite3.Connection, changes: Sequence[SchemaChange]) -> None
     )
 
 
-class SQLiteSchemaStore(SchemaStore):
+class SQLiteSchemaStore(SQLiteAccess, SchemaStore):
     """Relies on ``SQLiteStore``'s ``_read`` and ``_write`` (the single writer thread)."""
-
-    _read: Callable[..., Any]
-    _write: Callable[..., Any]
 
     async def load_schemas(self) -> SchemaSnapshot:
         def q(c: sqlite3.Connection) -> SchemaSnapshot:
@@ -193,18 +191,3 @@ class SQLiteSchemaStore(SchemaStore):
 
         result: list[SchemaChange] = await self._read(q)
         return result
-
-    async def trim_events(self, namespace: str, before: int) -> int:
-        def job(c: sqlite3.Connection, w: object) -> int:
-            # The log's last event stays whatever its age: the next seq is derived from it.
-            cur = c.execute(
-                "DELETE FROM events WHERE namespace = ? AND timestamp < ? "
-                "AND seq < (SELECT MAX(seq) FROM events) "
-                "AND seq NOT IN (SELECT seq FROM notifications WHERE namespace = ?) "
-                "AND seq NOT IN (SELECT seq FROM dead_letters WHERE namespace = ?)",
-                (namespace, before, namespace, namespace),
-            )
-            return int(cur.rowcount)
-
-        fut: asyncio.Future[int] = self._write(job)
-        return await fut

@@ -1,0 +1,214 @@
+"""The SQLite store's tables, its migrations, and the helpers its concern modules share."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from ._records import Stat, StoredEvent, SubscriptionRecord
+
+__all__ = [
+    "DDL", "DL_COLS", "DL_FIELDS", "EVENT_COLS", "SUB_COLS", "SQLiteAccess", "apply_stats", "dec",
+    "delete_notifications", "enc", "event_row", "insert_notifications", "private_files", "sub_row",
+]
+
+T = TypeVar("T")
+
+DDL = """
+CREATE TABLE IF NOT EXISTS principals (
+    name TEXT PRIMARY KEY,
+    admin INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash BLOB PRIMARY KEY,
+    principal TEXT NOT NULL REFERENCES principals(name)
+);
+CREATE TABLE IF NOT EXISTS publications (
+    namespace TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    config BLOB NOT NULL,
+    last_event_id INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS publishers (
+    namespace TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    PRIMARY KEY (namespace, principal)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS subscriptions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    subscriber TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    endpoint TEXT,
+    mode TEXT NOT NULL,
+    config BLOB NOT NULL,
+    cursor INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS subscriptions_ns ON subscriptions(namespace, id);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    prev_id INTEGER,
+    timestamp INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    headers BLOB NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS events_ns_id ON events(namespace, id);
+CREATE INDEX IF NOT EXISTS events_ns_seq ON events(namespace, seq);
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    subscription_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    namespace TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL DEFAULT 0,
+    sent INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS notifications_sub ON notifications(subscription_id, id);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id INTEGER PRIMARY KEY,
+    subscription_id INTEGER NOT NULL,
+    subscriber TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    namespace TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    dead_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_letters_sub ON dead_letters(subscription_id, id);
+CREATE TABLE IF NOT EXISTS secrets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    subscription_id INTEGER NOT NULL,
+    secret TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS secrets_sub ON secrets(subscription_id, id);
+CREATE TABLE IF NOT EXISTS stats (
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY (scope, key, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+EVENT_COLS = "seq, namespace, id, prev_id, timestamp, source, data, headers"
+enc = msgspec.json.encode
+dec = msgspec.json.decode
+
+
+def event_row(row: tuple[Any, ...]) -> StoredEvent:
+    return StoredEvent(
+        seq=row[0], namespace=row[1], id=row[2], prev_id=row[3], timestamp=row[4],
+        source=row[5], data=row[6], headers=row[7],
+    )
+
+
+def sub_row(row: tuple[Any, ...]) -> SubscriptionRecord:
+    return SubscriptionRecord(
+        id=row[0], subscriber=row[1], namespace=row[2], endpoint=row[3], mode=row[4],
+        config=dec(row[5]), cursor=row[6], created_at=row[7],
+    )
+
+
+DL_FIELDS = ("id", "subscription_id", "subscriber", "seq", "namespace", "event_id", "attempts", "reason", "dead_at")
+DL_COLS = ", ".join(DL_FIELDS)
+SUB_COLS = "id, subscriber, namespace, endpoint, mode, config, cursor, created_at"
+
+
+def _aggregate(stats: Iterable[Stat]) -> list[tuple[str, str, str, int]]:
+    agg: dict[tuple[str, str, str], int] = {}
+    for s in stats:
+        k = (s.scope, s.key, s.name)
+        agg[k] = agg.get(k, 0) + s.delta
+    return [(*k, v) for k, v in agg.items() if v]
+
+
+def apply_stats(conn: sqlite3.Connection, stats: Iterable[Stat]) -> None:
+    rows = _aggregate(stats)
+    if rows:
+        conn.executemany(
+            "INSERT INTO stats(scope, key, name, value) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(scope, key, name) DO UPDATE SET value = value + excluded.value",
+            rows,
+        )
+
+
+
+def insert_notifications(
+    c: sqlite3.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int
+) -> list[int]:
+    c.executemany(
+        "INSERT INTO notifications(subscription_id, seq, namespace, created_at, sent) VALUES (?, ?, ?, ?, 0)",
+        [(subscription_id, e.seq, e.namespace, now) for e in events],
+    )
+    # One writer, AUTOINCREMENT: the rows just inserted took consecutive ids.
+    last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
+    return list(range(last - len(events) + 1, last + 1))
+
+
+
+def delete_notifications(c: sqlite3.Connection, ids: Sequence[int]) -> tuple[list[int], set[int]]:
+    """Delete the pending notifications among ``ids``; return those that were pending, in
+    the order asked (an id asked twice counts once), and those of them never marked sent."""
+    gone: dict[int, int] = {}
+    todo = list(dict.fromkeys(ids))
+    for k in range(0, len(todo), 500):
+        chunk = todo[k : k + 500]
+        gone.update(c.execute(
+            f"DELETE FROM notifications WHERE id IN ({','.join('?' * len(chunk))}) RETURNING id, sent", chunk
+        ))
+    return [i for i in todo if i in gone], {i for i, sent in gone.items() if not sent}
+
+
+
+
+def private_files(path: Path) -> None:
+    """The database and its WAL and shared-memory files are the owner's alone (0600), in
+    a folder created 0700: they hold token hashes and signing secrets (docs/security.md).
+    SQLite gives its -wal and -shm files the database file's mode, so creating that first
+    with 0600 covers them; modes left looser by an older version are tightened."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    if not path.exists():
+        # Only a file nobody has open: closing a descriptor of a database this process
+        # holds connections to would drop their POSIX locks (SQLite's documented hazard).
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass
+    for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if f.exists() and f.stat().st_mode & 0o077:
+            os.chmod(f, 0o600)
+
+
+
+
+class SQLiteAccess:
+    """How each concern's module reaches the database; ``SQLiteStore`` provides both.
+
+    ``_write`` queues a job ``fn(connection, writer)`` to the single writer thread (it
+    runs in its own savepoint of a group-committed transaction); ``_read`` runs ``fn`` on
+    a reader thread's connection."""
+
+    def _write(self, fn: Callable[[sqlite3.Connection, Any], T]) -> asyncio.Future[T]:
+        raise NotImplementedError
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        raise NotImplementedError

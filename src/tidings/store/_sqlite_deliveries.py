@@ -1,0 +1,326 @@
+"""Notifications, dead letters and delivery records in the SQLite store.
+
+The delivery record (``tidings.store._deliveries``) is appended by the statements
+below in the same transaction as the change it records."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from ._base import DeliveryStore
+from ._deliveries import DeliveryRecord
+from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
+from ._sqlite_db import DL_COLS, DL_FIELDS, SQLiteAccess, apply_stats, delete_notifications, insert_notifications
+from ._sqlite_writer import Writer
+
+__all__ = ["SQLiteDeliveryStore"]
+
+DELIVERIES_DDL: Final = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    serial INTEGER PRIMARY KEY AUTOINCREMENT,
+    notification_id INTEGER NOT NULL,
+    subscription_id INTEGER NOT NULL,
+    subscriber TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event_id INTEGER NOT NULL,
+    source TEXT,
+    event_timestamp INTEGER,
+    created_at INTEGER,
+    settled_at INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    replay INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS deliveries_settled ON deliveries(settled_at);
+CREATE INDEX IF NOT EXISTS deliveries_notification ON deliveries(notification_id);
+"""
+
+COLUMNS: Final = (
+    "serial, notification_id, subscription_id, subscriber, namespace, seq, event_id, source, event_timestamp, "
+    "created_at, settled_at, attempts, outcome, replay"
+)
+_INSERT: Final = f"INSERT INTO deliveries({COLUMNS.removeprefix('serial, ')})"
+
+# Each statement copies a row that is about to be deleted, so it must run before the
+# DELETE of the same transaction; an id that is no longer there selects nothing. A
+# replayed notification's event may have left the hot log: its copy in replay_notes
+# (tidings.store._sqlite_replays) fills in.
+_EVENT: Final = (
+    "LEFT JOIN events e ON e.seq = {t}.seq LEFT JOIN replay_notes r ON r.id = {t}.id"
+)
+_SETTLED: Final = (
+    f"{_INSERT} SELECT n.id, n.subscription_id, COALESCE(s.subscriber, ''), n.namespace, n.seq, "
+    "COALESCE(e.id, r.event_id, 0), COALESCE(e.source, r.source), COALESCE(e.timestamp, r.timestamp), "
+    "n.created_at, ?, n.attempts + 1, 'confirmed', r.id IS NOT NULL "
+    "FROM notifications n LEFT JOIN subscriptions s ON s.id = n.subscription_id "
+    f"{_EVENT.format(t='n')} WHERE n.id IN "
+)
+_DEAD: Final = (
+    f"{_INSERT} SELECT n.id, n.subscription_id, ?, n.namespace, n.seq, ?, COALESCE(e.source, r.source), "
+    "COALESCE(e.timestamp, r.timestamp), n.created_at, ?, ?, 'dead', r.id IS NOT NULL "
+    f"FROM notifications n {_EVENT.format(t='n')} WHERE n.id = ?"
+)
+_DROPPED: Final = (
+    f"{_INSERT} SELECT d.id, d.subscription_id, d.subscriber, d.namespace, d.seq, d.event_id, "
+    "COALESCE(e.source, r.source), COALESCE(e.timestamp, r.timestamp), NULL, ?, d.attempts, 'dropped', "
+    f"r.id IS NOT NULL FROM dead_letters d {_EVENT.format(t='d')} WHERE d.id = ?"
+)
+
+
+def record_settled(conn: sqlite3.Connection, ids: Iterable[int], now: int) -> None:
+    """Record the pending notifications among ``ids`` as confirmed (before deleting them).
+
+    One statement per 500 ids: this is on the hot path of every confirmation, and one
+    ``IN`` list costs less than as many executions of a one-row statement.
+    """
+    todo = list(dict.fromkeys(ids))
+    for k in range(0, len(todo), 500):
+        chunk = todo[k : k + 500]
+        conn.execute(f"{_SETTLED}({','.join('?' * len(chunk))})", (now, *chunk))
+
+
+def record_dead(conn: sqlite3.Connection, letters: Sequence[Any]) -> None:
+    """Record the pending notifications among ``letters`` (``DeadLetter``s) as dead (before moving them)."""
+    seen: set[int] = set()
+    rows = []
+    for d in letters:
+        if d.id not in seen:
+            seen.add(d.id)
+            rows.append((d.subscriber, d.event_id, d.dead_at, d.attempts, d.id))
+    conn.executemany(_DEAD, rows)
+
+
+def record_dropped(conn: sqlite3.Connection, ids: Iterable[int], now: int) -> None:
+    """Record the dead letters among ``ids`` as dropped (before deleting them)."""
+    conn.executemany(_DROPPED, [(now, i) for i in dict.fromkeys(ids)])
+
+
+def read_deliveries(conn: sqlite3.Connection, after: int, limit: int | None) -> list[DeliveryRecord]:
+    rows = conn.execute(
+        f"SELECT {COLUMNS} FROM deliveries WHERE serial > ? ORDER BY serial LIMIT ?",
+        (after, -1 if limit is None else limit),
+    ).fetchall()
+    return [
+        DeliveryRecord(
+            serial=r[0], notification_id=r[1], subscription_id=r[2], subscriber=r[3], namespace=r[4], seq=r[5],
+            event_id=r[6], source=r[7], event_timestamp=r[8], created_at=r[9], settled_at=r[10],
+            attempts=r[11], outcome=r[12], replay=bool(r[13]),
+        )
+        for r in rows
+    ]
+
+
+class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
+    async def open_notifications(
+        self,
+        subscription_id: int,
+        events: Sequence[StoredEvent],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+    ) -> list[int]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: Writer) -> list[int]:
+            cur = c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
+            if cur.rowcount == 0:
+                return []
+            ids = insert_notifications(c, subscription_id, events, time.time_ns()) if events else []
+            apply_stats(c, stats)
+            return ids
+
+        return await self._write(job)
+
+    async def settle_notifications(
+        self,
+        ids: Sequence[int],
+        stats: Mapping[int, Sequence[Stat]] | None = None,
+        sent_stats: Mapping[int, Sequence[Stat]] | None = None,
+    ) -> list[int]:
+        per_id, per_sent = stats or {}, sent_stats or {}
+
+        def job(c: sqlite3.Connection, w: Writer) -> list[int]:
+            record_settled(c, ids, time.time_ns())
+            done, unsent = delete_notifications(c, ids)
+            apply_stats(c, (s for i in done for s in per_id.get(i, ())))
+            apply_stats(c, (s for i in unsent for s in per_sent.get(i, ())))
+            return done
+
+        return await self._write(job)
+
+    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
+        per_id = stats or {}
+
+        def job(c: sqlite3.Connection, w: Writer) -> list[int]:
+            marked: set[int] = set()
+            todo = list(dict.fromkeys(ids))
+            for k in range(0, len(todo), 500):
+                chunk = todo[k : k + 500]
+                marked.update(r[0] for r in c.execute(
+                    f"UPDATE notifications SET sent = 1 WHERE sent = 0 AND id IN ({','.join('?' * len(chunk))}) "
+                    "RETURNING id",
+                    chunk,
+                ))
+            apply_stats(c, (s for i in marked for s in per_id.get(i, ())))
+            return [i for i in todo if i in marked]
+
+        return await self._write(job)
+
+    async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
+        def q(c: sqlite3.Connection) -> list[PendingNotification]:
+            out: list[PendingNotification] = []
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                out.extend(
+                    PendingNotification(
+                        id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4], created_at=r[5]
+                    )
+                    for r in c.execute(
+                        "SELECT id, subscription_id, seq, namespace, attempts, created_at FROM notifications "
+                        f"WHERE id IN ({marks})",
+                        chunk,
+                    )
+                )
+            return out
+
+        return await self._read(q)
+
+    async def former_subscribers(self, ids: Sequence[int]) -> dict[int, str]:
+        def q(c: sqlite3.Connection) -> dict[int, str]:
+            out: dict[int, str] = {}
+            todo = list(dict.fromkeys(ids))
+            for i in range(0, len(todo), 500):
+                chunk = todo[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                out.update(c.execute(
+                    f"SELECT notification_id, subscriber FROM deliveries WHERE notification_id IN ({marks})", chunk
+                ))
+                out.update(c.execute(f"SELECT id, subscriber FROM dead_letters WHERE id IN ({marks})", chunk))
+            return out
+
+        return await self._read(q)
+
+    async def pending(self, subscription_id: int) -> list[PendingNotification]:
+        def q(c: sqlite3.Connection) -> list[PendingNotification]:
+            return [
+                PendingNotification(
+                        id=r[0], subscription_id=r[1], seq=r[2], namespace=r[3], attempts=r[4], created_at=r[5]
+                    )
+                for r in c.execute(
+                    "SELECT id, subscription_id, seq, namespace, attempts, created_at FROM notifications "
+                    "WHERE subscription_id = ? ORDER BY id",
+                    (subscription_id,),
+                )
+            ]
+
+        return await self._read(q)
+
+    async def pending_counts(self) -> dict[int, int]:
+        return await self._read(
+            lambda c: dict(c.execute("SELECT subscription_id, COUNT(*) FROM notifications GROUP BY subscription_id"))
+        )
+
+    async def last_notification_id(self) -> int:
+        def q(c: sqlite3.Connection) -> int:
+            row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'notifications'").fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._read(q)
+
+    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: Writer) -> None:
+            c.executemany("UPDATE notifications SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in ids])
+            apply_stats(c, stats)
+
+        await self._write(job)
+
+
+    async def dead_letter(self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()) -> list[int]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: Writer) -> list[int]:
+            record_dead(c, letters)
+            moved = []
+            for d in letters:
+                if c.execute("DELETE FROM notifications WHERE id = ?", (d.id,)).rowcount:
+                    c.execute(
+                        f"INSERT INTO dead_letters({DL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (d.id, d.subscription_id, d.subscriber, d.seq, d.namespace, d.event_id, d.attempts,
+                         d.reason, d.dead_at),
+                    )
+                    moved.append(d.id)
+            apply_stats(c, stats)
+            return moved
+
+        return await self._write(job)
+
+    async def list_dead_letters(
+        self,
+        subscription_ids: Sequence[int] | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        ended_of: str | None = None,
+    ) -> list[DeadLetter]:
+        def q(c: sqlite3.Connection) -> list[DeadLetter]:
+            lim = -1 if limit is None else limit
+            if subscription_ids is None:
+                rows = c.execute(
+                    f"SELECT {DL_COLS} FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?", (after or 0, lim)
+                ).fetchall()
+            else:
+                marks = ",".join("?" * len(subscription_ids))
+                ended = (
+                    " OR (subscriber = ? AND subscription_id NOT IN (SELECT id FROM subscriptions))"
+                    if ended_of is not None else ""
+                )
+                rows = c.execute(
+                    f"SELECT {DL_COLS} FROM dead_letters WHERE (subscription_id IN ({marks}){ended}) AND id > ? "
+                    "ORDER BY id LIMIT ?",
+                    (*subscription_ids, *([ended_of] if ended_of is not None else []), after or 0, lim),
+                ).fetchall()
+            return [DeadLetter(**dict(zip(DL_FIELDS, r, strict=True))) for r in rows]
+
+        return await self._read(q)
+
+    async def redrive_dead_letters(self, ids: Sequence[int], now: int) -> list[PendingNotification]:
+        def job(c: sqlite3.Connection, w: Writer) -> list[PendingNotification]:
+            out = []
+            for i in ids:
+                row = c.execute(
+                    "SELECT subscription_id, seq, namespace FROM dead_letters WHERE id = ?", (i,)
+                ).fetchone()
+                if row is None:
+                    continue
+                c.execute("DELETE FROM dead_letters WHERE id = ?", (i,))
+                c.execute(
+                    "INSERT INTO notifications(id, subscription_id, seq, namespace, attempts, created_at, sent) "
+                    "VALUES (?, ?, ?, ?, 0, ?, 0)",
+                    (i, row[0], row[1], row[2], now),
+                )
+                out.append(PendingNotification(
+                    id=i, subscription_id=row[0], seq=row[1], namespace=row[2], created_at=now
+                ))
+            return out
+
+        return await self._write(job)
+
+    async def drop_dead_letters(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
+        stats = list(stats)
+
+        def job(c: sqlite3.Connection, w: Writer) -> list[int]:
+            record_dropped(c, ids, time.time_ns())
+            done = [i for i in ids if c.execute("DELETE FROM dead_letters WHERE id = ?", (i,)).rowcount]
+            apply_stats(c, stats)
+            return done
+
+        return await self._write(job)
+
+    async def deliveries(self, after: int = 0, limit: int | None = None) -> list[DeliveryRecord]:
+        return await self._read(lambda c: read_deliveries(c, after, limit))

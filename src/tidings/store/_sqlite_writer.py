@@ -1,0 +1,252 @@
+"""The SQLite store's single writing connection and its group-commit loop.
+
+One writer thread owns the only writing connection. Every write is a closure queued to
+it; the thread takes all queued closures at once, runs each inside its own SAVEPOINT of
+one transaction, commits with ``synchronous=FULL`` and only then resolves the callers'
+futures. Concurrent publishes therefore share one fsync (group commit) and are answered
+only when durable; a closure that fails rolls back to its savepoint and fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import StoreError
+from ._records import AppendRouter, NewEvent, Route, Stat, StoredEvent
+from ._sqlite_db import EVENT_COLS, apply_stats, insert_notifications
+
+__all__ = ["Append", "Writer"]
+
+log = logging.getLogger("tidings.store")
+
+
+class Writer(threading.Thread):
+    """The single writing connection and its group-commit loop."""
+
+    def __init__(
+        self, path: str, max_batch: int, router: AppendRouter | None, setup: Callable[[sqlite3.Connection], None]
+    ) -> None:
+        super().__init__(name="tidings-sqlite-writer", daemon=True)
+        self._path = path
+        self._max_batch = max_batch
+        self._setup = setup
+        """Creates the tables and migrates them, on the writing connection before any job."""
+        self.router = router
+        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        # Per-namespace last event id, owned by this thread and filled on a namespace's
+        # first append from the events table (indexed). ``staged`` holds the values
+        # of the transaction in progress and is merged only after COMMIT succeeds, so a
+        # failed transaction can never leave a gap in a chain.
+        self.last_ids: dict[str, int] = {}
+        self.staged: dict[str, int] = {}
+        # The log's highest seq, likewise: ``seq`` as committed (None: read it from the
+        # table on next use), ``staged_seq`` within the transaction in progress.
+        self.seq: int | None = None
+        self.staged_seq = 0
+
+    def run(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
+            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._setup(conn)
+        except BaseException as e:  # reported to open()
+            self.error = e
+            self.ready.set()
+            return
+        self.ready.set()
+        while True:
+            first = self.jobs.get()
+            if first is None:
+                break
+            batch = [first]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
+            self._commit(conn, batch)
+            if stop:
+                break
+        conn.close()
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+        results: list[tuple[bool, Any]] = []
+        self.staged = {}
+        self.staged_seq = self.seq or 0
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            i = 0
+            while i < len(batch):
+                job = batch[i][0]
+                if isinstance(job, Append):
+                    # Consecutive appends run as one statement: this is where group commit
+                    # pays, and a failure falls back to running them one by one.
+                    j = i
+                    while j < len(batch) and isinstance(batch[j][0], Append):
+                        j += 1
+                    group = [b[0] for b in batch[i:j]]
+                    ok, res = self._run(conn, functools.partial(_append_group, group=group))
+                    if ok:
+                        results.extend((True, r) for r in res)
+                    else:
+                        results.extend(self._run(conn, functools.partial(_append_one, one=a)) for a in group)
+                    i = j
+                else:
+                    results.append(self._run(conn, job))
+                    i += 1
+            router = self.router
+            appended = [
+                e for (job, _, _), (good, value) in zip(batch, results, strict=True)
+                if good and isinstance(job, Append) for e in value
+            ] if router is not None else []
+            routes = _route(conn, router, appended) if router is not None and appended else []
+            conn.execute("COMMIT")
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            failure = StoreError(f"commit failed: {e}")
+            results = [(False, failure)] * len(batch)
+            self.seq = None  # read it again from the table
+        else:
+            self.last_ids.update(self.staged)
+            if self.seq is not None:
+                self.seq = self.staged_seq
+            if router is not None and appended:
+                # Before any caller hears of its events: the router hands them on first.
+                try:
+                    router.committed(appended, routes)
+                except Exception:  # never the writer's end; the events are stored either way
+                    log.exception("the router failed after a commit")
+        for (_job, fut, loop), (good, value) in zip(batch, results, strict=True):
+            loop.call_soon_threadsafe(settle, fut, good, value)
+
+    def _run(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection, Writer], Any]) -> tuple[bool, Any]:
+        """Run one job inside its own savepoint; a failure undoes only that job."""
+        conn.execute("SAVEPOINT job")
+        staged_before, seq_before = dict(self.staged), self.staged_seq
+        try:
+            res = fn(conn, self)
+        except Exception as e:
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+            self.staged, self.staged_seq = staged_before, seq_before
+            return False, e
+        conn.execute("RELEASE job")
+        return True, res
+
+
+def _route(conn: sqlite3.Connection, router: AppendRouter, events: list[StoredEvent]) -> list[Route]:
+    """Open the notifications ``router`` plans for ``events``, in their transaction.
+
+    A failure here must not fail the publish: the routes are undone and the
+    subscriptions' workers open those notifications themselves, as without a router."""
+    conn.execute("SAVEPOINT route")
+    try:
+        routes = router.plan(events)
+        now = time.time_ns()
+        for r in routes:
+            if not r.events:
+                continue
+            moved = conn.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (r.cursor, r.subscription_id))
+            if moved.rowcount == 0:  # deleted meanwhile
+                r.events = []
+                continue
+            r.ids = insert_notifications(conn, r.subscription_id, r.events, now)
+            apply_stats(conn, r.stats)
+    except Exception:
+        log.exception("routing %d event(s) at append failed; their workers open them instead", len(events))
+        conn.execute("ROLLBACK TO route")
+        conn.execute("RELEASE route")
+        return []
+    conn.execute("RELEASE route")
+    return routes
+
+
+class Append:
+    __slots__ = ("events", "stats")
+
+    def __init__(self, events: Sequence[NewEvent], stats: list[Stat]) -> None:
+        self.events = events
+        self.stats = stats
+
+
+def _append_group(c: sqlite3.Connection, w: Writer, *, group: list[Append]) -> list[list[StoredEvent]]:
+    return _append_many(c, w, group)
+
+
+def _append_one(c: sqlite3.Connection, w: Writer, *, one: Append) -> list[StoredEvent]:
+    return _append_many(c, w, [one])[0]
+
+
+def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[list[StoredEvent]]:
+    if w.seq is None:
+        w.seq = w.staged_seq = c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+    seq = w.staged_seq
+    last = w.staged
+    touched: dict[str, int] = {}
+    outs: list[list[StoredEvent]] = []
+    rows = []
+    for a in group:
+        out = []
+        for e in a.events:
+            ns = e.namespace
+            prev = last.get(ns)
+            if prev is None:
+                prev = w.last_ids.get(ns)
+            if prev is None:
+                # The highest id in the log, or the one recorded on the publication (or
+                # kept when it was deleted) if retention has trimmed the log: a chain never
+                # restarts.
+                prev = c.execute(
+                    "SELECT MAX(COALESCE((SELECT MAX(id) FROM events WHERE namespace = ?), 0), "
+                    "COALESCE((SELECT last_event_id FROM publications WHERE namespace = ?), 0), "
+                    "COALESCE((SELECT value FROM meta WHERE key = 'last_event_id:' || ?), 0))",
+                    (ns, ns, ns),
+                ).fetchone()[0]
+            seq += 1
+            eid = prev + 1
+            last[ns] = touched[ns] = eid
+            s = StoredEvent(
+                seq=seq, namespace=ns, id=eid, prev_id=prev or None, timestamp=e.timestamp,
+                source=e.source, data=e.data, headers=e.headers,
+            )
+            out.append(s)
+            rows.append((seq, ns, eid, s.prev_id, e.timestamp, e.source, e.data, e.headers))
+        outs.append(out)
+    c.executemany(f"INSERT INTO events({EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    c.executemany(
+        "UPDATE publications SET last_event_id = ? WHERE namespace = ?", [(v, ns) for ns, v in touched.items()]
+    )
+    apply_stats(c, (s for a in group for s in a.stats))
+    w.staged_seq = seq
+    return outs
+
+
+
+
+def settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:
+    if fut.done():
+        return
+    if good:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
