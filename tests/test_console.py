@@ -159,6 +159,15 @@ async def test_sign_in_create_publish_and_see_it_in_the_tail_and_the_charts(
     peak = json.loads(await chart.get_attribute("data-peak") or "[]")
     assert peak[0] > 0 and peak[1] > 0, peak  # publish rate and delivery rate rose
 
+    # Stop and start it from its panel: the API's answer inline, the state in the table.
+    detail = page.locator("#subscription-detail")
+    await detail.get_by_role("button", name="Stop", exact=True).click()
+    await expect(detail.locator(".results .ok")).to_have_text(f"Stop {sub}: ok true")
+    await expect(row.locator(".badge")).to_have_text("stopped")
+    await row.locator("button").click()
+    await detail.get_by_role("button", name="Start", exact=True).click()
+    await expect(row.locator(".badge")).to_have_text("active")
+
     # The publications' statistics are live too.
     await page.click("#nav >> text=Publications")
     events = page.locator(f'#publications tr[data-namespace="{NS}"] [data-stat="events"]')

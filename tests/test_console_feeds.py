@@ -131,6 +131,8 @@ async def test_the_counters_feed_shows_only_visible_subscriptions_and_ends_when_
     status, page = await get(server, "subscriptions", alice)
     assert status == 200 and [s["id"] for s in page["items"]] == [a["Ok"], b["Ok"]]
     assert [s["subscriber"] for s in page["items"]] == ["alice", "bob"]
+    # Seen through her publication, not hers to change, and its endpoint is bob's to see.
+    assert [(s["controlled"], s["endpoint"]) for s in page["items"]] == [(True, HOOK), (False, None)]
 
     feed = events(server, f"stats?ids={ids}", bob)
     await first(feed, "stats")
@@ -159,6 +161,8 @@ async def test_pages_are_bounded_searched_and_chained(server: ServerProcess) -> 
     _, page = await get(server, "publications?q=P12", server.admin_token)  # case-insensitive substring
     assert [p["namespace"] for p in page["items"]] == [f"com.example.p12{i}" for i in range(10)]
     status, body = await get(server, "subscriptions?q=" + "x" * 300, server.admin_token)
+    assert status == 400 and body["error"]["code"] == "invalid_argument"
+    status, body = await get(server, "publications?after=" + "x" * 300, server.admin_token)
     assert status == 400 and body["error"]["code"] == "invalid_argument"
     status, body = await get(server, f"subscriptions?after={2**63}", server.admin_token)
     assert status == 400 and body["error"]["code"] == "out_of_range"

@@ -124,13 +124,13 @@ def console_routes(broker: Broker) -> list[BaseRoute]:
             broker, who, _text(request, "q"), _int(request, "after"), _int(request, "take")))
 
     async def publications(request: Request, who: PrincipalRecord) -> Response:
-        after = request.query_params.get("after") or None
+        after = _text(request, "after") or None
         return _json(await publications_page(broker, who, _text(request, "q"), after, _int(request, "take")))
 
     async def principals(request: Request, who: PrincipalRecord) -> Response:
         if not who.admin:
             raise Forbidden("only an admin may list principals")
-        after = request.query_params.get("after") or None
+        after = _text(request, "after") or None
         return _json(await principals_page(broker, _text(request, "q"), after, _int(request, "take")))
 
     def recheck(request: Request) -> Any:

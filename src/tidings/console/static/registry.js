@@ -88,8 +88,15 @@ export function subscriptionsView(root, ctx) {
     for (const tr of tableBox.querySelectorAll("tr[data-id]")) tr.classList.toggle("selected", Number(tr.dataset.id) === s.id);
     const canvas = h("canvas", { class: "chart", id: "chart", role: "img", "aria-label": "Live chart of subscription " + s.id });
     const out = h("div", { class: "action-results" });
+    // The panel is drawn again from the refreshed row: the answer goes into the new panel.
     const act = (method, label) => h("button", { type: "button", class: method.includes("delete") ? "danger" : "secondary", onclick: async () => {
-      try { itemResults(out, [label + " " + s.id], await call(method, [s.id])); load(cursor); } catch (e) { showError(out, e); }
+      let results;
+      try { results = await call(method, [s.id]); } catch (e) { showError(out, e); return; }
+      await load(cursor);
+      const now = detail.querySelector(".action-results") || out;
+      itemResults(now, [label + " " + s.id], results);
+      const again = detail.querySelector(".toolbar button");
+      if (again) again.focus();
     } }, label);
     clear(detail).append(
       h("h2", {}, "Subscription " + s.id + " on " + s.namespace),
@@ -97,8 +104,9 @@ export function subscriptionsView(root, ctx) {
       canvas,
       h("p", { class: "now muted", "aria-live": "off" }, "waiting for the first sample…"),
       h("div", { class: "toolbar" },
-        s.stopped ? act("icrc72_start_subscription", "Start") : act("icrc72_stop_subscription", "Stop"),
-        act("icrc72_delete_subscription", "Delete"),
+        // Only its controllers may change it (the API refuses anyone else): others get no buttons.
+        s.controlled ? (s.stopped ? act("icrc72_start_subscription", "Start") : act("icrc72_stop_subscription", "Stop")) : null,
+        s.controlled ? act("icrc72_delete_subscription", "Delete") : null,
         h("a", { href: "#/dead-letters/" + s.id }, "Dead letters"),
         h("a", { href: "#/tail/" + encodeURIComponent(s.namespace) }, "Tail namespace")),
       out,
