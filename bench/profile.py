@@ -3,6 +3,8 @@
     .venv/bin/python -m bench.profile publish            # publish-100, 8 clients
     .venv/bin/python -m bench.profile publish --gil      # only who holds the interpreter lock
     .venv/bin/python -m bench.profile fanout             # 100 endpoints
+    .venv/bin/python -m bench.profile stream-publish     # WebSocket, 1 event/message, 2 x 1000 in flight
+    .venv/bin/python -m bench.profile stream-fanout      # 100 stream: subscriptions on 4 connections
     .venv/bin/python -m bench.profile split --rate 1000  # a live event's latency, stage by stage
 
 ``publish`` and ``fanout`` print the server's CPU per event or notification (psutil), the
@@ -53,6 +55,21 @@ def _report(raw: Path, top: int) -> None:
     print(f"{total} samples")
     for t, n in threads.most_common():
         print(f"  {100 * n / total:5.1f} %  {t}")
+    inclusive: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        for f in set(stack.split(";")[1:]):
+            inclusive[f.split(" (")[0]] += int(n)
+    print("functions with the most samples, callees included:")
+    for f, n in inclusive.most_common(top):
+        print(f"  {100 * n / total:5.1f} %  {f}")
+    files: collections.Counter[str] = collections.Counter()
+    for (_t, f), n in own.items():
+        where = f.rpartition("(")[2].rstrip(")").rsplit(":", 1)[0]
+        files["/".join(where.split("/")[-2:])] += n
+    print("own samples per source file:")
+    for f, n in files.most_common(top):
+        print(f"  {100 * n / total:5.1f} %  {f}")
     print("lines with the most samples of their own:")
     for (t, f), n in own.most_common(top):
         print(f"  {100 * n / total:5.1f} %  {t.split(':')[-1].strip()[:24]:24}  {f}")
@@ -63,6 +80,16 @@ async def _run(what: str, srv: Server, seconds: float) -> tuple[int, str, float]
     if what == "publish":
         r = await throughput(srv, 8, 100, seconds)
         return int(r["events"]), "event", float(r["events_per_s"])
+    if what == "stream-publish":
+        from bench import stream
+
+        r = await stream.tidings_publish(srv, EVENT, 2, 1000, seconds)
+        return int(r["events"]), "event", float(r["events_per_s"])
+    if what == "stream-fanout":
+        from bench import stream
+
+        r = await stream.tidings_fanout(srv, EVENT, 100, 4, max(1000, int(seconds * 300)), 1000, 120)
+        return int(r["delivered"]), "notification", float(r["notifications_per_s"])
     events = max(1000, int(seconds * 800))
     r = await fanout(srv, 100, 1.0, events, data=EVENT["data"])
     return int(r["delivered"]), "notification", float(r["notifications_per_s"])
@@ -116,7 +143,7 @@ async def split(srv: Server, rate: float, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["publish", "fanout", "split"])
+    ap.add_argument("what", choices=["publish", "fanout", "stream-publish", "stream-fanout", "split"])
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     ap.add_argument("--top", type=int, default=30)

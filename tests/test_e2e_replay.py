@@ -18,6 +18,12 @@ from .conftest import ServerProcess, eventually, read_body, respond
 
 pytestmark = pytest.mark.e2e
 
+
+@pytest.fixture
+def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
+    """Replay pushes of 100, as these tests count them (the default is larger)."""
+    return server_factory(retry_initial_s="0.05", retry_max_s="0.2", ack_deadline_s="1", replay_batch_size="100")
+
 NS = "com.example.orders"
 RID = "icrc77:replay:id"
 END = "icrc77:replay:end_id"
@@ -35,6 +41,7 @@ class Recorder:
         self.hold: asyncio.Event | None = None
         self.hold_after = 0
         self.replay_pushes = 0
+        self.replay_sizes: list[int] = []
         self.fail_replays = False
         """Answer 500 to pushes of replayed notifications."""
 
@@ -44,6 +51,7 @@ class Recorder:
         batch = json.loads(await read_body(receive))
         if any(replay_id(n) is not None for n in batch):
             self.replay_pushes += 1
+            self.replay_sizes.append(len(batch))
             if self.hold is not None and len(self.replayed()) >= self.hold_after:
                 await self.hold.wait()
             if self.fail_replays:
@@ -480,3 +488,20 @@ async def test_sdk_and_cli(server: ServerProcess, endpoints: Any) -> None:
     assert json.loads(shown)["status"] == {"completed": 3}
     credit = await asyncio.to_thread(server.cli, "replay", "fund", "admin", "5", "--url", server.url)
     assert credit == "12"
+
+
+async def test_replay_pushes_hold_replay_batch_size_notifications_and_reads_are_chunked(
+    server_factory: Callable[..., ServerProcess], endpoints: Any
+) -> None:
+    """Replay pushes are ``replay_batch_size`` notifications (not the live batch size),
+    across reads of ``replay_read_size`` (the next read runs ahead): every event once, in order."""
+    server = server_factory(replay_batch_size="300", replay_read_size="700", delivery_batch_size="10")
+    rec = Recorder()
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 2000)
+    rid = (await register(server, 1, 2001))["Ok"]
+    assert (await done(server, rid))["status"] == {"completed": 2000}
+    await eventually(lambda: len(rec.replayed(rid)) >= 2000)
+    assert [n["eventId"] for n in rec.replayed(rid)] == list(range(1, 2001))
+    # Reads of 700 are cut into pushes of at most 300.
+    assert rec.replay_sizes == [300, 300, 100, 300, 300, 100, 300, 300]

@@ -47,6 +47,7 @@ from ..settings import Settings
 from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
 from .delivery import Delivery
 from .orchestrator import Orchestrator
+from .replay_flow import InFlight, ReadAhead
 from .replay_source import ReplaySource
 
 __all__ = ["TOO_MANY_CONCURRENT", "TOO_MANY_FOR_PRINCIPAL", "Replays"]
@@ -247,7 +248,7 @@ class Replays:
             self._active.pop(rid, None)
             return
         self._active[rid] = rec
-        inflight = _InFlight(self._delivery, rec.subscription_id)
+        inflight = InFlight(self._delivery, rec.subscription_id)
         try:
             problem = await self._send_range(rec, inflight)
         except asyncio.CancelledError:
@@ -267,10 +268,20 @@ class Replays:
             return
         await self._finish(rid, "completed")
 
-    async def _send_range(self, rec: ReplayRecord, inflight: _InFlight) -> str | None:
+    async def _send_range(self, rec: ReplayRecord, inflight: InFlight) -> str | None:
         """Record and push the rest of the range; why it had to stop, or None."""
-        rid, ns, size = rec.id, rec.namespace, self._settings.delivery_batch_size
+        ns, size = rec.namespace, self._settings.replay_batch_size
         end_id = rec.to_id - 1 if rec.open_end else None
+        ahead = ReadAhead(self.source, ns, rec.to_id)
+        try:
+            return await self._send_reads(rec, inflight, ahead, size, end_id)
+        finally:
+            ahead.cancel()
+
+    async def _send_reads(
+        self, rec: ReplayRecord, inflight: InFlight, ahead: ReadAhead, size: int, end_id: int | None
+    ) -> str | None:
+        rid, ns = rec.id, rec.namespace
         while rec.position < rec.to_id - 1 and rid not in self._stop:
             sub = self._orch.subscriptions.get(rec.subscription_id)
             if sub is None:
@@ -287,7 +298,9 @@ class Replays:
                 conf = rules.ReplayConfig.read(rec.config, sub.config)
             except rules.ReplayRuleError as e:
                 return e.message
-            events, upto = await self.source.read(ns, rec.position, rec.to_id, conf.filter)
+            events, upto = await ahead.read(rec.position, conf.filter)
+            if upto < rec.to_id - 1:
+                ahead.start(upto, conf.filter)  # the next read runs while this one is recorded and pushed
             if conf.rules.predicate is not None or conf.rules.skip is not None:
                 events = [e for e in events if conf.rules.passes(e.id, _data(conf.rules, e))]
             batches = [events[i : i + size] for i in range(0, len(events), size)] or [[]]
@@ -414,32 +427,6 @@ class Replays:
 
     def close(self) -> None:
         self.source.close()
-
-
-class _InFlight:
-    """At most one push of a replay in flight: the next batch is read and recorded
-    meanwhile, and batches still arrive in order."""
-
-    def __init__(self, delivery: Delivery, sub_id: int) -> None:
-        self._delivery = delivery
-        self._sub_id = sub_id
-        self._task: asyncio.Task[bool] | None = None
-
-    async def send(self, notes: list[tuple[int, StoredEvent]], created_at: int) -> bool:
-        """Start pushing ``notes`` once the previous push is done; False if that one found
-        the subscription gone."""
-        if not await self.wait():
-            return False
-        self._task = asyncio.create_task(self._delivery.push(self._sub_id, notes, created_at))
-        return True
-
-    async def wait(self) -> bool:
-        task, self._task = self._task, None
-        return True if task is None else await task
-
-    def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
 
 def _data(r: cfg.SubscriptionConfig, e: StoredEvent) -> Any:

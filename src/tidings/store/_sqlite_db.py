@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,6 +138,22 @@ def _aggregate(stats: Iterable[Stat]) -> list[tuple[str, str, str, int]]:
         k = (s.scope, s.key, s.name)
         agg[k] = agg.get(k, 0) + s.delta
     return [(*k, v) for k, v in agg.items() if v]
+
+
+def stats_of(per_id: Mapping[int, Sequence[Stat]], ids: Iterable[int]) -> list[Stat]:
+    """The increments of these ids. Callers share one list between the notifications of
+    a namespace (``per_notification_stats``): each list is scaled by how many ids it
+    stands for rather than repeated, since this runs for every confirmed notification."""
+    lists: dict[int, list[Any]] = {}
+    for i in ids:
+        stats = per_id.get(i)
+        if stats:
+            entry = lists.get(id(stats))
+            if entry is None:
+                lists[id(stats)] = [stats, 1]
+            else:
+                entry[1] += 1
+    return [Stat(s.scope, s.key, s.name, s.delta * n) for stats, n in lists.values() for s in stats]
 
 
 def apply_stats(conn: sqlite3.Connection, stats: Iterable[Stat]) -> None:

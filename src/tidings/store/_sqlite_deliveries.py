@@ -13,7 +13,15 @@ from typing import Any, Final
 from ._base import DeliveryStore
 from ._deliveries import DeliveryRecord
 from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
-from ._sqlite_db import DL_COLS, DL_FIELDS, SQLiteAccess, apply_stats, delete_notifications, insert_notifications
+from ._sqlite_db import (
+    DL_COLS,
+    DL_FIELDS,
+    SQLiteAccess,
+    apply_stats,
+    delete_notifications,
+    insert_notifications,
+    stats_of,
+)
 from ._sqlite_writer import Writer
 
 __all__ = ["SQLiteDeliveryStore"]
@@ -145,8 +153,8 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:
             record_settled(c, ids, time.time_ns())
             done, unsent = delete_notifications(c, ids)
-            apply_stats(c, (s for i in done for s in per_id.get(i, ())))
-            apply_stats(c, (s for i in unsent for s in per_sent.get(i, ())))
+            apply_stats(c, stats_of(per_id, done))
+            apply_stats(c, stats_of(per_sent, unsent))
             return done
 
         return await self._write(job)
@@ -164,7 +172,7 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
                     "RETURNING id",
                     chunk,
                 ))
-            apply_stats(c, (s for i in marked for s in per_id.get(i, ())))
+            apply_stats(c, stats_of(per_id, marked))
             return [i for i in todo if i in marked]
 
         return await self._write(job)

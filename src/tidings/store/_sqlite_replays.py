@@ -190,14 +190,13 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
                 )
                 if cur.rowcount == 0:
                     raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
-            ids: list[int] = []
-            for e in events:
-                cur = c.execute(
-                    "INSERT INTO notifications(subscription_id, seq, namespace, created_at, sent) "
-                    "VALUES (?, ?, ?, ?, 0)",
-                    (subscription_id, e.seq, e.namespace, now),
-                )
-                ids.append(int(cur.lastrowid or 0))
+            c.executemany(
+                "INSERT INTO notifications(subscription_id, seq, namespace, created_at, sent) VALUES (?, ?, ?, ?, 0)",
+                [(subscription_id, e.seq, e.namespace, now) for e in events],
+            )
+            # One writer, AUTOINCREMENT: the rows just inserted took consecutive ids.
+            last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0]) if events else 0
+            ids = list(range(last - len(events) + 1, last + 1))
             c.executemany(
                 "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
                 "headers, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

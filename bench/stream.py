@@ -1,0 +1,170 @@
+"""The stream face (docs/streaming.md) beside JetStream's async publish: one event per
+message, a window of unanswered publishes per connection, and fan-out to stream
+subscribers that acknowledge every push.
+
+Both sides are driven the same way: ``connections`` connections, each keeping up to
+``window`` publishes unanswered, counting the events answered ``Ok`` (tidings: once
+durable, SQLite ``synchronous=FULL``; JetStream: its PubAck, file storage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from bench import peers as P
+from bench._harness import Server, post
+
+
+class _Results(msgspec.Struct):
+    op: str
+    refs: list[int] = []
+    results: list[msgspec.Raw] = []
+    push: int = 0
+    notifications: list[msgspec.Raw] = []
+
+
+_decode = msgspec.json.Decoder(_Results).decode
+
+
+def _ws_url(srv: Server) -> str:
+    return srv.url.replace("http://", "ws://") + "/v1/stream"
+
+
+async def tidings_publish(srv: Server, event: dict[str, Any], connections: int, window: int,
+                          seconds: float) -> dict[str, float]:
+    """Raw WebSocket clients (aiohttp), the message text built once and numbered per event."""
+    headers = {"Authorization": f"Bearer {srv.token}"}
+    ns = event["namespace"]
+    template = '{"op":"publish","ref":%d,"event":' + json.dumps(event) + "}"
+    count = 0
+    refused = 0
+    stop = time.monotonic() + seconds
+    async with aiohttp.ClientSession(headers=headers) as s:
+        await post(s, srv.url, "icrc72_register_publication", json.dumps([{"namespace": ns}]).encode())
+
+        async def client() -> None:
+            nonlocal count, refused
+            room = asyncio.Semaphore(window)
+            async with s.ws_connect(_ws_url(srv), max_msg_size=0) as ws:
+                async def reader() -> None:
+                    nonlocal count, refused
+                    async for msg in ws:
+                        m = _decode(msg.data)
+                        n = len(m.refs)
+                        ok = sum(1 for r in m.results if bytes(r).startswith(b'{"Ok"'))
+                        count += ok
+                        refused += n - ok
+                        for _ in range(n):
+                            room.release()
+
+                task = asyncio.create_task(reader())
+                ref = 0
+                while time.monotonic() < stop:
+                    await room.acquire()
+                    ref += 1
+                    await ws.send_str(template % ref)
+                for _ in range(window):  # every answer in
+                    await room.acquire()
+                await ws.close()
+                await task
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(connections)))
+        elapsed = time.monotonic() - t0
+    if refused:
+        raise RuntimeError(f"{refused} publishes were refused")
+    return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed),
+            "connections": connections, "window": window}
+
+
+async def nats_publish(payload: bytes, connections: int, window: int, seconds: float) -> dict[str, float]:
+    """``publish_async`` with up to ``window`` PubAcks outstanding, per connection."""
+    count = 0
+    stop = time.monotonic() + seconds
+
+    async def client(subject: str) -> None:
+        nonlocal count
+        async with P.nats_conn() as nc:
+            js = nc.jetstream(timeout=10)
+            room = asyncio.Semaphore(window)
+
+            def done(f: asyncio.Future[Any]) -> None:
+                nonlocal count
+                room.release()
+                if not f.cancelled() and f.exception() is None:
+                    count += 1
+
+            while time.monotonic() < stop:
+                await room.acquire()
+                fut = await js.publish_async(subject, payload)
+                fut.add_done_callback(done)
+            for _ in range(window):
+                await room.acquire()
+
+    async with P.nats_conn() as admin, P.js_stream(admin, "spub") as (_, _, subject):  # one stream, as one namespace
+        t0 = time.monotonic()
+        await asyncio.gather(*(client(subject) for _ in range(connections)))
+        elapsed = time.monotonic() - t0
+    return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed),
+            "connections": connections, "window": window}
+
+
+async def tidings_fanout(srv: Server, event: dict[str, Any], subs: int, listeners: int, events: int,
+                         window: int, timeout: float) -> dict[str, float]:
+    """``subs`` trusted ``stream:`` subscriptions spread over ``listeners`` connections that
+    acknowledge every push; one stream connection publishes ``events`` with ``window``."""
+    headers = {"Authorization": f"Bearer {srv.token}"}
+    ns = event["namespace"]
+    delivered = 0
+    async with aiohttp.ClientSession(headers=headers) as s:
+        await post(s, srv.url, "icrc72_register_publication", json.dumps([{"namespace": ns}]).encode())
+        regs = [{"namespace": ns, "endpoint": f"stream:l{i % listeners}"} for i in range(subs)]
+        ids = [r["Ok"] for r in json.loads(await post(s, srv.url, "icrc72_register_subscription",
+                                                      json.dumps(regs).encode()))]
+        socks = [await s.ws_connect(_ws_url(srv), max_msg_size=0) for _ in range(listeners)]
+
+        async def listen(k: int, ws: aiohttp.ClientWebSocketResponse) -> None:
+            nonlocal delivered
+            mine = ids[k::listeners]
+            await ws.send_str(json.dumps({"op": "listen", "ref": 1, "subscriptions": mine}))
+            async for msg in ws:
+                m = _decode(msg.data)
+                if m.op == "push":
+                    delivered += len(m.notifications)
+                    await ws.send_str(f'{{"op":"ack","push":{m.push}}}')
+
+        readers = [asyncio.create_task(listen(k, ws)) for k, ws in enumerate(socks)]
+        await asyncio.sleep(0.2)  # the listens are answered
+        expected = subs * events
+        template = '{"op":"publish","ref":%d,"event":' + json.dumps(event) + "}"
+        t0 = time.monotonic()
+        async with s.ws_connect(_ws_url(srv), max_msg_size=0) as pub:
+            room = asyncio.Semaphore(window)
+
+            async def answers() -> None:
+                async for msg in pub:
+                    for _ in _decode(msg.data).refs:
+                        room.release()
+
+            got = asyncio.create_task(answers())
+            for ref in range(1, events + 1):
+                await room.acquire()
+                await pub.send_str(template % ref)
+            deadline = time.monotonic() + timeout
+            while delivered < expected and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            elapsed = time.monotonic() - t0
+            await pub.close()
+            await got
+        for ws in socks:
+            await ws.close()
+        await asyncio.gather(*readers)
+    return {"subscribers": subs, "listeners": listeners, "events": events, "expected": expected,
+            "delivered": delivered, "seconds": round(elapsed, 2),
+            "notifications_per_s": round(delivered / elapsed), "events_per_s": round(events / elapsed)}
