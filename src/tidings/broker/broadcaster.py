@@ -1,16 +1,9 @@
-"""The broadcaster's publish path: check, stamp, append durably, hand to delivery.
-
-Each event gets the broadcaster's timestamp and two reserved headers appended after the
-publisher's own: ``icrc72:broadcaster:received`` (Nat, UTC nanoseconds) and
-``icrc72:eventData:hash`` (Blob, SHA-256 of the data's JSON wire bytes as stored).
-Publishers may not set ``icrc72:broadcaster:*``, ``icrc72:relay:*`` or
-``icrc72:eventData:*`` headers themselves.
-"""
+"""The broadcaster's publish path: check and stamp (``core.ingest``, here or in a front
+process), then rights, schemas and back-pressure, the durable append, and the hand-off to
+delivery."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -19,7 +12,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ..core import ids, values
+from ..core import ingest, values
+from ..core.ingest import ERR_RESERVED_HEADER
 from ..core.wire import Event, GenericError, ItemResult, err, ok
 from ..errors import BadRequest, StoreError
 from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
@@ -29,8 +23,6 @@ __all__ = [
     "ERR_RESERVED_HEADER", "ERR_SCHEMA_REFUSED", "ERR_SCHEMA_VIOLATION", "Broadcaster", "SchemaCheck", "check_event",
 ]
 
-ERR_RESERVED_HEADER = 1
-"""``GenericError.error_code``: a publisher tried to set a reserved header."""
 ERR_SCHEMA_VIOLATION = 2
 """``GenericError.error_code``: the event's data does not match its publication's schema."""
 ERR_SCHEMA_REFUSED = 3
@@ -45,18 +37,13 @@ class SchemaCheck(Protocol):
 def check_event(e: Event, where: str) -> None:
     """Raise ``BadRequest`` (``invalid_value``) if the event's data or a header value is
     not a valid ICRC-16 value; ``where`` names the event in the message."""
-    check = values.check
     try:
-        check(e.data, f"{where}.data")
-        if e.headers:
-            for key, v in e.headers:
-                check(v, f"{where}.headers.{key}")
+        ingest.check_values(e, where)
     except values.InvalidValue as x:
         raise BadRequest(str(x), code="invalid_value") from None
 
 
-_RESERVED_PREFIXES = ("icrc72:broadcaster:", "icrc72:relay:", "icrc72:eventData:", "icrc77:replay:")
-_encode = msgspec.json.encode
+_decode_value = msgspec.json.decode
 
 
 class Broadcaster:
@@ -106,46 +93,57 @@ class Broadcaster:
         n = len(events)
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
-        namespaces = {e.namespace for e in events}
-        self._orch.require_namespaces(namespaces)
-        if not checked:
-            for i, e in enumerate(events):
-                check_event(e, f"$[{i}]")
+        self._orch.require_namespaces({e.namespace for e in events})
+        now = self._clock()
+        try:
+            rows, refused = ingest.prepare(events, now, checked=checked)
+        except values.InvalidValue as x:
+            raise BadRequest(str(x), code="invalid_value") from None
+        return await self.commit(caller, n, rows, refused, now, warnings, [e.data for e in events])
 
+    async def commit(
+        self,
+        caller: PrincipalRecord,
+        n: int,
+        rows: Sequence[ingest.Prepared],
+        refused: dict[int, tuple[str, ItemResult]],
+        now: int,
+        warnings: list[str] | None = None,
+        decoded: Sequence[Any] | None = None,
+    ) -> list[ItemResult | None]:
+        """The stateful half of a publish of ``n`` events, given what ``ingest.prepare``
+        made of them (here or in a front process): rights, schemas, back-pressure, the
+        durable append. ``decoded`` holds the events' data as decoded, when at hand; a
+        schema check decodes the row's bytes otherwise."""
+        if n > self._max_items:
+            return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
+        namespaces = {r.namespace for r in rows}
+        namespaces.update(ns for ns, _ in refused.values())
+        self._orch.require_namespaces(namespaces)
         results: list[ItemResult | None] = [None] * n
         accepted: list[tuple[int, NewEvent]] = []
-        busy = self._pending + n > self._max_pending
-        now = self._clock()
+        busy = self._pending + len(rows) > self._max_pending
         bindings = self._bindings(namespaces, now)
-        received = b'["icrc72:broadcaster:received",{"Nat":%d}],["icrc72:eventData:hash",{"Blob":"' % now
         # Asked once per namespace of the batch, not once per event.
         refusals = {ns: self._orch.publish_refusal(caller.name, ns) for ns in namespaces}
-        sha256, b64 = hashlib.sha256, base64.b64encode
-        for i, e in enumerate(events):
-            refusal = refusals[e.namespace]
+        for i, (ns, why) in refused.items():
+            # A publisher refused on a namespace hears that first, whatever else was wrong.
+            refusal = refusals[ns]
+            results[i] = err("Unauthorized", refusal) if refusal is not None else why
+        for row in rows:
+            i = row.index
+            refusal = refusals[row.namespace]
             if refusal is not None:
                 results[i] = err("Unauthorized", refusal)
                 continue
-            if e.id is not None:
-                try:
-                    ids.parse_id(e.id)
-                except ids.InvalidId as x:
-                    results[i] = err("ImproperId", str(x))
-                    continue
-            if e.headers:
-                reserved = next((k for k, _ in e.headers if k.startswith(_RESERVED_PREFIXES)), None)
-                if reserved is not None:
-                    results[i] = err("GenericError", GenericError(
-                        ERR_RESERVED_HEADER, f"header {reserved!r} is reserved for the broadcaster"
-                    ))
-                    continue
             if bindings:
-                b = bindings.get(e.namespace)
+                b = bindings.get(row.namespace)
                 if b is not None:
                     if b.refused is not None:
                         results[i] = err("GenericError", GenericError(ERR_SCHEMA_REFUSED, b.refused))
                         continue
-                    bad = b.model.validate(e.data)
+                    data = decoded[i] if decoded is not None else _decode_value(row.data)
+                    bad = b.model.validate(data)
                     if bad is not None:
                         results[i] = err("GenericError", GenericError(
                             ERR_SCHEMA_VIOLATION, f"{bad.path}: {bad.reason} (schema {b.schema_id})"
@@ -156,12 +154,9 @@ class Broadcaster:
             if busy:
                 results[i] = err("Busy", "too many events waiting to be stored; retry shortly")
                 continue
-            data = _encode(e.data)
-            # The reserved pairs are spliced in as bytes: this runs for every event.
-            stamp = received + b64(sha256(data).digest()) + b'"}]]'
             accepted.append((i, NewEvent(
-                namespace=intern(e.namespace), source=caller.name, timestamp=now, data=data,
-                headers=b"[" + _encode(e.headers)[1:-1] + b"," + stamp if e.headers else b"[" + stamp,
+                namespace=intern(row.namespace), source=caller.name, timestamp=now, data=row.data,
+                headers=row.headers,
             )))
         if not accepted:
             return results
