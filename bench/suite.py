@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -113,8 +114,18 @@ async def publish(s: Settings, batch: int) -> list[Row]:
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
             return await throughput(srv, s.clients, batch, s.seconds, event=EVENT)
 
+    async def run_one_process() -> dict[str, Any]:
+        env = {"TIDINGS_WORKERS": "1"}
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d), env) as srv:
+            return await throughput(srv, s.clients, batch, s.seconds, event=EVENT)
+
     how = f"HTTP, {batch} event{'s' if batch > 1 else ''}/request, SQLite synchronous=FULL"
-    rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
+    workers = os.cpu_count() or 1
+    rows = [await _guard(name, "tidings", f"{how}, {workers} processes (broker + fronts)", unit, timeout,
+                         run_tidings, fig)]
+    if workers > 1:
+        rows.append(await _guard(name, "tidings, one process", f"{how}, TIDINGS_WORKERS=1", unit, timeout,
+                                 run_one_process, fig))
     if batch > 1:  # the cost of validating every event against a bound schema
         for fmt, model in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA), ("PROTOBUF", PROTOBUF_SCHEMA)):
 

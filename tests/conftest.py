@@ -78,6 +78,19 @@ class ServerProcess:
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
 
+    def children(self) -> list[int]:
+        """The server's child processes (its front processes, docs/scaling.md)."""
+        if self.proc is None:
+            return []
+        out = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # The command may hold spaces and parentheses: the fields follow the last ")".
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == self.proc.pid:
+                    out.append(int(stat.parent.name))
+        return out
+
     def restart(self, sig: int = signal.SIGTERM) -> None:
         self.stop(sig)
         self.start()

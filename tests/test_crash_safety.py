@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -154,15 +156,33 @@ async def publisher(
                 todo = again
 
 
-async def killer(server: ServerProcess, run: Run, rng: random.Random, kills: list[str]) -> None:
-    """Kill the server at about 15 %, 40 % and 65 % of the Ok answers, a little later each time,
-    and once more just after the second restart."""
+async def kill_front(server: ServerProcess, rng: random.Random) -> None:
+    """SIGKILL one front process (the broker starts another)."""
+    for _ in range(200):
+        fronts = server.children()
+        if fronts:
+            os.kill(rng.choice(fronts), signal.SIGKILL)
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the server has no front process to kill")
+
+
+async def killer(server: ServerProcess, run: Run, rng: random.Random, kills: list[str], victim: str) -> None:
+    """Kill the server (or one of its front processes) at about 15 %, 40 % and 65 % of the
+    Ok answers, a little later each time, and once more just after the second restart."""
     for k in range(KILLS_WHILE_PUBLISHING):
         threshold = TOTAL * (0.15 + 0.25 * k)
         while len(run.ok) < threshold and run.publishing:
             await asyncio.sleep(0.005)
         await asyncio.sleep(rng.uniform(0.0, 0.15))
-        kills.append(f"at {len(run.ok)} Ok{' (publishing)' if run.publishing else ''}")
+        kills.append(f"{victim} at {len(run.ok)} Ok{' (publishing)' if run.publishing else ''}")
+        if victim == "front":
+            await kill_front(server, rng)
+            if k == 1:
+                await asyncio.sleep(rng.uniform(0.3, 0.6))  # the new one, right after it started
+                kills.append(f"front again, at {len(run.ok)} Ok")
+                await kill_front(server, rng)
+            continue
         await asyncio.to_thread(server.kill)
         await asyncio.sleep(rng.uniform(0.05, 0.4))
         await asyncio.to_thread(server.start)
@@ -198,15 +218,18 @@ async def wait_settled(
     return False
 
 
+@pytest.mark.parametrize("victim", ["broker", "front"])
 async def test_sigkill_during_publish_and_delivery(
-    server_factory: Callable[..., ServerProcess], endpoints: Any
+    server_factory: Callable[..., ServerProcess], endpoints: Any, victim: str
 ) -> None:
+    """``broker``: the whole server (its fronts die with it); ``front``: one of the front
+    processes that parse and stamp publishes (docs/scaling.md), the broker living on."""
     t0 = time.monotonic()
     deadline = t0 + DEADLINE_S
     seed = random.randrange(2**32)
     print(f"\nseed {seed}")
     rng = random.Random(seed)
-    server = server_factory(retry_initial_s="0.05", retry_max_s="0.5")
+    server = server_factory(retry_initial_s="0.05", retry_max_s="0.5", workers="2")
 
     rec_all = Recorder("all (pattern)")
     rec_a = Recorder("a")
@@ -240,7 +263,7 @@ async def test_sigkill_during_publish_and_delivery(
             assert "Ok" in r, r
             sub_ids[rec.name] = str(r["Ok"])
 
-        kill_task = asyncio.create_task(killer(server, run, rng, kills))
+        kill_task = asyncio.create_task(killer(server, run, rng, kills, victim))
         pubs = [
             asyncio.create_task(publisher(p, server, run, random.Random(rng.random()), deadline))
             for p in range(PUBLISHERS)

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import gc
+import contextlib
 import os
+import socket
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from .api import create_app
+from .api.internal import internal_app
 from .broker import Broker
 from .errors import ConfigError
+from .front import FrontConfig, FrontPool
+from .front.process import listening_socket
+from .runtime import tune_gc
 from .settings import Settings
 from .store import SQLiteStore
 
@@ -41,46 +48,37 @@ def _private_data_dir(settings: Settings) -> None:
         os.chmod(token, 0o600)
 
 
-def _tune_gc() -> None:
-    """Collect young objects less often, and never rescan what startup left behind.
-
-    A 100-event publish keeps over a thousand containers (the decoded ICRC-16 values)
-    alive until it is answered, so the default threshold of 700 ran a collection on
-    every request, each traversing the requests in flight, and a full one every hundred:
-    about a fifth of the server's CPU under load (BENCHMARKS.md, "What the profile
-    showed"). Nothing on the hot path makes reference cycles, so a collection finds
-    almost nothing; it still runs, just rarely, and most young objects are gone by then.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 20, 100)
-
-
 async def _serve(settings: Settings) -> int:
     broker = Broker(settings, SQLiteStore(settings.db_path))
     async with broker:
-        _tune_gc()
+        tune_gc()
         token_file = settings.data_dir / "admin.token"
         created = await broker.ensure_admin(token_file)
         app = create_app(broker, manage_broker=False)
-        config = uvicorn.Config(
-            app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
-            log_level="warning", access_log=False, server_header=False,
-            # The console's event streams end when they see should_exit (within a second);
-            # this bounds any other connection that would hold the shutdown up.
-            timeout_graceful_shutdown=5,
-            # The stream face (docs/streaming.md): the sans-I/O protocol stops reading a
-            # socket while the app does not take its messages (back-pressure); a message
-            # past the limit closes the connection with 1009.
-            ws="websockets-sansio", ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
-        )
-        server = uvicorn.Server(config)
+        fronts = settings.front_processes()
+        pool: _Fronts | None = None
+        sockets = None
+        if fronts:
+            # Every process binds the port itself (SO_REUSEPORT). The broker takes its
+            # first connection only once the fronts listen, so that connections made
+            # right after start are spread over all of them.
+            try:
+                sock = listening_socket(settings.host, settings.port, listen=False)
+            except OSError as e:
+                print(f"tidings: could not listen on {settings.host}:{settings.port}: {e}", file=sys.stderr)
+                return 1
+            sockets = [sock]
+            bound_host, bound_port = sock.getsockname()[:2]
+            pool = await _start_fronts(broker, app, settings, bound_host, bound_port, fronts)
+        server = uvicorn.Server(_config(app, settings))
         app.state.stopping = lambda: server.should_exit  # the console's event streams end
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=sockets))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if task.done():
             await task
+            if pool is not None:
+                await pool.stop()
             print(f"tidings: could not listen on {settings.host}:{settings.port}", file=sys.stderr)
             return 1
         host, port = server.servers[0].sockets[0].getsockname()[:2]
@@ -91,13 +89,69 @@ async def _serve(settings: Settings) -> int:
         else:
             print(f"  admin token: see {token_file}", flush=True)
         print("  more principals: tidings principal create NAME  (prints the token)", flush=True)
+        if pool is not None:
+            print(f"  {fronts + 1} processes: the broker and {fronts} front process(es) (TIDINGS_WORKERS)", flush=True)
         xmpp = await _start_xmpp(broker, settings)
         try:
             await task
         finally:
+            if pool is not None:
+                await pool.stop()
             if xmpp is not None:
                 await xmpp.stop()
     return 0
+
+
+def _config(app: Any, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
+        log_level="warning", access_log=False, server_header=False,
+        # The console's event streams end when they see should_exit (within a second);
+        # this bounds any other connection that would hold the shutdown up.
+        timeout_graceful_shutdown=5,
+        # The stream face (docs/streaming.md): the sans-I/O protocol stops reading a
+        # socket while the app does not take its messages (back-pressure); a message
+        # past the limit closes the connection with 1009.
+        ws="websockets-sansio", ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
+    )
+
+
+class _Fronts:
+    """The front processes and the broker's private socket they hand requests to."""
+
+    def __init__(self, pool: FrontPool, internal: uvicorn.Server, task: asyncio.Task[None]) -> None:
+        self.pool, self.internal, self.task = pool, internal, task
+
+    async def stop(self) -> None:
+        await self.pool.stop()
+        self.internal.should_exit = True
+        await self.task
+
+
+async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str, port: int, count: int) -> _Fronts:
+    path = _private_socket_path(settings)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # left by a broker that was killed
+    uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    uds.bind(str(path))  # 0600 by the umask: only this user's processes may connect
+    uds.listen(1024)
+    internal = uvicorn.Server(_config(internal_app(broker, app), settings))
+    # _serve, not serve: the public server already handles SIGINT and SIGTERM; a second
+    # handler would take them from it.
+    task = asyncio.create_task(internal._serve(sockets=[uds]))
+    while not internal.started and not task.done():
+        await asyncio.sleep(0.01)
+    pool = FrontPool(FrontConfig(str(path), settings.max_body_bytes, settings.max_batch_items,
+                                 settings.stream_max_frame_bytes), host, port, count)
+    await pool.start()
+    return _Fronts(pool, internal, task)
+
+
+def _private_socket_path(settings: Settings) -> Path:
+    path = (settings.data_dir / "broker.sock").absolute()
+    if len(str(path)) < 100:  # sun_path holds 108 bytes
+        return path
+    return Path(tempfile.mkdtemp(prefix="tidings-")) / "broker.sock"
 
 
 async def _start_xmpp(broker: Broker, settings: Settings) -> Any:

@@ -29,6 +29,10 @@ class Settings:
     data_dir: Path = Path("var")
     """Folder of the embedded store (``tidings.db``) and the first admin token."""
 
+    workers: int = 0
+    """Processes serving the API: the broker and ``workers - 1`` front processes that parse,
+    check and stamp requests for it (docs/scaling.md). 0: one per core; 1: the broker alone."""
+
     broadcaster_id: str = "tidings-broadcaster-1"
     """This broadcaster's principal, the ``source`` of notifications it sends."""
 
@@ -192,12 +196,17 @@ class Settings:
     def db_path(self) -> Path:
         return self.data_dir / "tidings.db"
 
+    def front_processes(self) -> int:
+        """How many front processes to start beside the broker."""
+        return (self.workers or os.cpu_count() or 1) - 1
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
 
 # Settings whose sensible range is narrower than "a non-negative number".
 _BOUNDS: dict[str, tuple[float, float]] = {
+    "workers": (0, 256),
     "port": (0, 65_535),
     "push_timeout_s": (0.001, 3_600),
     "ack_deadline_s": (0.001, 3_600),

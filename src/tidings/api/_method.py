@@ -14,7 +14,7 @@ from ..store import PrincipalRecord
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["Handler", "Method", "Reply"]
+__all__ = ["Handler", "Method", "Reply", "warning_header"]
 
 Handler = Callable[["Broker", PrincipalRecord, Any], Awaitable[Any]]
 
@@ -86,3 +86,9 @@ class Reply:
 
     body: Any
     headers: dict[str, str]
+
+
+def warning_header(warnings: list[str]) -> dict[str, str]:
+    """RFC 9111's ``Warning`` header, code 299 ("miscellaneous persistent warning")."""
+    quoted = ", ".join('299 tidings "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in warnings)
+    return {"Warning": quoted}

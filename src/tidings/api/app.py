@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
@@ -18,17 +19,18 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
+from ..bodies import read_body
 from ..broker import Broker
 from ..console import console_routes
-from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ..errors import ApiError, BadRequest, NotFound
 from ._confluent_router import error_response as confluent_error
-from ._method import Reply
+from ._method import Reply, warning_header
 from .confluent import ENDPOINTS, confluent_routes
 from .methods import METHODS
 from .openapi import openapi_document
 from .stream import StreamFace
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "error_response", "publish_reply"]
 
 log = logging.getLogger("tidings.api")
 _encode = msgspec.json.Encoder().encode
@@ -49,18 +51,9 @@ def error_response(status: int, code: str, message: str) -> Response:
     return Response(_encode(_Error(_ErrorBody(code, message))), status_code=status, media_type=_JSON)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def publish_reply(results: Any, warnings: list[str]) -> Response:
+    """``icrc72_publish``'s answer, with the Warning header when there are warnings."""
+    return Response(_encode(results), media_type=_JSON, headers=warning_header(warnings) if warnings else None)
 
 
 def _well_formed(body: bytes) -> bool:
@@ -86,7 +79,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             if method is None:
                 raise NotFound(f"there is no method {name!r}; see /openapi.json", code="unknown_method")
             caller = await broker.auth.principal(request.headers.get("authorization"))
-            body = await _body(request, limit)
+            body = await read_body(request, limit)
             try:
                 arg = method.decode(body)
             except msgspec.ValidationError as e:

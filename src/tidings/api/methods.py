@@ -38,7 +38,7 @@ from ..core.wire import (
 )
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord
-from ._method import Handler, Method, Reply
+from ._method import Handler, Method, Reply, warning_header
 from .replay_methods import REPLAY_METHODS
 from .schema_methods import SCHEMA_METHODS
 
@@ -72,18 +72,10 @@ async def _pending_authorizations(b: Broker, caller: PrincipalRecord, arg: None)
     return [p for p in b.authorizer.pending() if visible(p)]
 
 
-def _quote(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
 async def _publish(b: Broker, caller: PrincipalRecord, events: list[Event]) -> Any:
     warnings: list[str] = []
     results = await b.broadcaster.publish(caller, events, warnings)
-    if not warnings:
-        return results
-    # RFC 9111's Warning header, code 299 ("miscellaneous persistent warning").
-    quoted = ", ".join(f'299 tidings "{_quote(w)}"' for w in warnings)
-    return Reply(results, {"Warning": quoted})
+    return Reply(results, warning_header(warnings)) if warnings else results
 
 
 async def _whoami(b: Broker, caller: PrincipalRecord, arg: None) -> Whoami:

@@ -24,7 +24,7 @@ import msgspec
 from . import ids, values
 from .wire import Event, GenericError, ItemResult, err
 
-__all__ = ["ERR_RESERVED_HEADER", "RESERVED_PREFIXES", "Prepared", "prepare"]
+__all__ = ["ERR_RESERVED_HEADER", "RESERVED_PREFIXES", "Prepared", "PublishBatch", "prepare"]
 
 ERR_RESERVED_HEADER: Final = 1
 """``GenericError.error_code``: a publisher tried to set a reserved header."""
@@ -42,6 +42,16 @@ class Prepared(msgspec.Struct, array_like=True, frozen=True):
     namespace: str
     data: bytes
     headers: bytes
+
+
+class PublishBatch(msgspec.Struct, array_like=True, frozen=True):
+    """What a front process hands the broker for one ``icrc72_publish`` request of ``n``
+    events: the rows, and the events refused already, as (position, namespace, result)."""
+
+    n: int
+    now: int
+    rows: list[Prepared]
+    refused: list[tuple[int, str, ItemResult]]
 
 
 def check_values(e: Event, where: str) -> None:

@@ -1,0 +1,55 @@
+"""The broker's private face for its front processes (docs/scaling.md).
+
+Served only on a Unix socket in the private data folder, never on the network. It is
+the public app, plus two routes a front uses for ``icrc72_publish``:
+
+- ``POST /_internal/publish``: events the front has already checked and stamped
+  (``core.ingest``), as one msgpack ``PublishBatch``, with the caller's own
+  ``Authorization`` header; answered exactly as ``POST /v1/icrc72_publish`` would be.
+- ``POST /_internal/auth``: 200 or the 401 the caller's token deserves, for a front that
+  must refuse a request it cannot parse (413) without telling a stranger first.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+
+from ..broker import Broker
+from ..core.ingest import PublishBatch
+from ..errors import ApiError
+from .app import error_response, publish_reply
+
+__all__ = ["internal_app"]
+
+
+_decode_batch = msgspec.msgpack.Decoder(PublishBatch).decode
+
+
+def internal_app(broker: Broker, public: Starlette) -> Starlette:
+    async def publish(request: Request) -> Response:
+        try:
+            caller = await broker.auth.principal(request.headers.get("authorization"))
+            batch = _decode_batch(await request.body())
+            warnings: list[str] = []
+            refused = {i: (ns, why) for i, ns, why in batch.refused}
+            results = await broker.broadcaster.commit(caller, batch.n, batch.rows, refused, batch.now, warnings)
+        except ApiError as e:
+            return error_response(e.status, e.code, e.message)
+        return publish_reply(results, warnings)
+
+    async def auth(request: Request) -> Response:
+        try:
+            await broker.auth.principal(request.headers.get("authorization"))
+        except ApiError as e:
+            return error_response(e.status, e.code, e.message)
+        return Response(status_code=200)
+
+    return Starlette(routes=[
+        Route("/_internal/publish", publish, methods=["POST"]),
+        Route("/_internal/auth", auth, methods=["POST"]),
+        Mount("", app=public),
+    ])

@@ -1,0 +1,209 @@
+"""A front process's ASGI app: ``icrc72_publish`` checked and stamped here, everything
+else passed through to the broker's private socket unchanged (docs/scaling.md).
+
+The front holds no state of the service: who may publish where, schemas and the store
+stay with the broker. So every answer a client gets is the broker's, and a front can be
+killed at any moment: what it had not yet handed over was not acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..bodies import read_body
+from ..core import ingest, values
+from ..core.wire import Event
+from ..errors import PayloadTooLarge
+
+__all__ = ["FrontConfig", "front_app"]
+
+_HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host",
+})  # fmt: skip
+_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"]
+_decode_events = msgspec.json.Decoder(list[Event]).decode
+_encode_batch = msgspec.msgpack.Encoder().encode
+
+
+@dataclass(frozen=True, slots=True)
+class FrontConfig:
+    uds: str
+    """The broker's private socket."""
+    max_body_bytes: int
+    max_batch_items: int
+    max_frame_bytes: int
+    """The stream face's largest WebSocket message (``TIDINGS_STREAM_MAX_FRAME_BYTES``)."""
+
+
+def _forwarded(headers: Any) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+
+
+def front_app(config: FrontConfig) -> Starlette:
+    session: aiohttp.ClientSession | None = None
+
+    def upstream() -> aiohttp.ClientSession:
+        nonlocal session
+        if session is None:
+            session = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=config.uds, limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                auto_decompress=False,
+            )
+        return session
+
+    async def relay(resp: aiohttp.ClientResponse) -> Response:
+        body = await resp.read()
+        headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP | {"content-length"}}
+        return Response(body, status_code=resp.status, headers=headers)
+
+    async def publish(request: Request) -> Response:
+        try:
+            body = await read_body(request, config.max_body_bytes)
+        except PayloadTooLarge as e:
+            # The broker says whether the caller is known first (a stranger hears 401).
+            async with upstream().post(
+                "http://broker/_internal/auth", headers={"authorization": request.headers.get("authorization", "")}
+            ) as resp:
+                if resp.status != 200:
+                    return await relay(resp)
+            return _error(e.status, e.code, e.message)
+        except ClientDisconnect:
+            return Response(status_code=400)
+        batch = _prepare(body, config.max_batch_items)
+        try:
+            if batch is None:  # not a plain good batch: the broker gives the answer it always gives
+                async with upstream().post(
+                    "http://broker/v1/icrc72_publish", data=body, headers=_forwarded(request.headers)
+                ) as resp:
+                    return await relay(resp)
+            async with upstream().post(
+                "http://broker/_internal/publish", data=_encode_batch(batch),
+                headers={"authorization": request.headers.get("authorization", ""),
+                         "content-type": "application/msgpack"},
+            ) as resp:
+                return await relay(resp)
+        except aiohttp.ClientError:
+            # Nothing was acknowledged: the events may or may not be stored (ids tell).
+            return _error(503, "unavailable", "the broker is not reachable; retry shortly")
+
+    async def proxy(request: Request) -> Response:
+        url = "http://broker" + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        try:
+            resp = await upstream().request(
+                request.method, url, data=request.stream() if has_body else None,
+                headers=_forwarded(request.headers), allow_redirects=False,
+            )
+        except aiohttp.ClientError:
+            return _error(503, "unavailable", "the broker is not reachable; retry shortly")
+        headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP}
+        if resp.content_length is not None or request.method == "HEAD":
+            try:
+                body = await resp.read()
+            finally:
+                resp.release()
+            headers.pop("Content-Length", None)
+            return Response(body, status_code=resp.status, headers=headers)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in resp.content.iter_any():  # server-sent events arrive as sent
+                    yield chunk
+            finally:
+                resp.release()
+
+        return StreamingResponse(chunks(), status_code=resp.status, headers=headers)
+
+    async def websocket(ws: WebSocket) -> None:
+        url = "http://broker" + ws.url.path + (f"?{ws.url.query}" if ws.url.query else "")
+        try:
+            up = await upstream().ws_connect(url, headers=_forwarded(ws.headers), max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as e:
+            await ws.close(code=4000 + e.status if 400 <= e.status < 600 else 1011)
+            return
+        except aiohttp.ClientError:
+            await ws.close(code=1011)
+            return
+        await ws.accept(subprotocol=up.protocol)
+        await _pump(ws, up)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if session is not None:
+            await session.close()
+
+    return Starlette(
+        routes=[
+            Route("/v1/icrc72_publish", publish, methods=["POST"]),
+            WebSocketRoute("/{path:path}", websocket),
+            Route("/{path:path}", proxy, methods=_METHODS),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def _prepare(body: bytes, max_items: int) -> ingest.PublishBatch | None:
+    """The batch for the broker, or None when the body is anything but a good batch
+    (malformed, too many events, a value that is not ICRC-16)."""
+    try:
+        events = _decode_events(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if not events or len(events) > max_items:
+        return None
+    now = time.time_ns()
+    try:
+        rows, refused = ingest.prepare(events, now)
+    except values.InvalidValue:
+        return None
+    return ingest.PublishBatch(len(events), now, rows, [(i, ns, r) for i, (ns, r) in refused.items()])
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    return Response(msgspec.json.encode({"error": {"code": code, "message": message}}), status_code=status,
+                    media_type="application/json")
+
+
+async def _pump(ws: WebSocket, up: aiohttp.ClientWebSocketResponse) -> None:
+    async def down() -> None:
+        async for msg in up:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                await ws.send_text(msg.data)
+            elif msg.type == aiohttp.WSMsgType.BINARY:
+                await ws.send_bytes(msg.data)
+        with contextlib.suppress(RuntimeError):
+            await ws.close(code=up.close_code or 1000)
+
+    async def upward() -> None:
+        with contextlib.suppress(WebSocketDisconnect):
+            while True:
+                msg = await ws.receive()
+                if msg["type"] == "websocket.disconnect":
+                    break
+                if msg.get("text") is not None:
+                    await up.send_str(msg["text"])
+                elif msg.get("bytes") is not None:
+                    await up.send_bytes(msg["bytes"])
+        await up.close()
+
+    tasks = [asyncio.create_task(down()), asyncio.create_task(upward())]
+    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,141 @@
+"""Front processes (docs/scaling.md): a server of several processes answers exactly as a
+server of one does, whichever process a connection lands on."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .conftest import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+NS = "fronts.same"
+
+
+async def call(server: ServerProcess, method: str, body: bytes | str, token: str | None = None,
+               headers: dict[str, str] | None = None) -> tuple[int, Any, str | None]:
+    """One request on a connection of its own (so that the kernel picks a process anew)."""
+    h = {"authorization": f"Bearer {token or server.admin_token}", **(headers or {})}
+    async with aiohttp.ClientSession() as http, http.post(f"{server.url}/v1/{method}", data=body, headers=h) as r:
+        raw = await r.read()
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = raw
+        return r.status, parsed, r.headers.get("Warning")
+
+
+@pytest.fixture
+def pair(server_factory: Callable[..., ServerProcess]) -> tuple[ServerProcess, ServerProcess]:
+    one = server_factory(workers="1", max_body_bytes="4096", max_batch_items="5")
+    many = server_factory(workers="3", max_body_bytes="4096", max_batch_items="5")
+    deadline = time.monotonic() + 20
+    while len(many.children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert one.children() == [] and len(many.children()) == 2
+    return one, many
+
+
+CASES: list[tuple[str, bytes | str, str | None]] = [
+    ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Nat": 1}}]), None),
+    ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Text": "x"}, "id": "not base32!"}]), None),
+    ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Nat": 1},
+                                    "headers": [["icrc72:broadcaster:x", {"Nat": 1}]]}]), None),
+    ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Bogus": 1}}]), None),  # 400 invalid_value
+    ("icrc72_publish", json.dumps([{"namespace": "fronts.unknown", "data": {"Nat": 1}}]), None),  # 404
+    ("icrc72_publish", json.dumps([{"namespace": "fronts.unknown", "data": {"Bogus": 1}}]), None),  # 404 first
+    ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Nat": 1}}]), "bad-token"),  # 401
+    ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Bogus": 1}}]), "bad-token"),  # 401 first
+    ("icrc72_publish", "x" * 5000, None),  # 413
+    ("icrc72_publish", "x" * 5000, "bad-token"),  # 401 before 413
+    ("icrc72_publish", b"[{", None),  # malformed
+    ("icrc72_publish", b"\xff\xfe", None),  # not UTF-8
+    ("icrc72_publish", b"", None),
+    ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Nat": i}} for i in range(6)]), None),  # > 5
+    ("icrc72_publish", json.dumps([]), None),
+    ("icrc72_get_publications", "{}", None),
+    ("no_such_method", "{}", None),
+]
+
+
+async def test_every_answer_is_the_single_process_one(pair: tuple[ServerProcess, ServerProcess]) -> None:
+    answers: dict[str, list[Any]] = {}
+    for server, label in zip(pair, ("one", "many"), strict=True):
+        await call(server, "icrc72_register_publication", json.dumps([{"namespace": NS, "config": []}]))
+        got = []
+        for method, body, token in CASES * 3:  # three times: different processes answer
+            got.append(await call(server, method, body, token))
+        answers[label] = got
+    for case, one, many in zip(CASES * 3, answers["one"], answers["many"], strict=True):
+        assert one == many, case
+
+
+_values = st.recursive(
+    st.builds(lambda n: {"Nat": n}, st.integers(0, 2**70)) | st.builds(lambda t: {"Text": t}, st.text(max_size=8))
+    | st.just({"Bogus": 1}) | st.builds(lambda f: {"Float": f}, st.floats(allow_nan=False, allow_infinity=False)),
+    lambda inner: st.builds(lambda xs: {"Array": xs}, st.lists(inner, max_size=3))
+    | st.builds(lambda kv: {"Map": [[k, v] for k, v in kv.items()]}, st.dictionaries(st.text(max_size=3), inner,
+                                                                                    max_size=3)),
+    max_leaves=6,
+)
+_events = st.lists(st.fixed_dictionaries(
+    {"namespace": st.sampled_from([NS, "fronts.unknown"]), "data": _values},
+    optional={"id": st.one_of(st.integers(0, 2**64), st.text(max_size=4)),
+              "headers": st.lists(st.tuples(st.sampled_from(["a", "icrc72:relay:x", "icrc77:replay:y"]), _values),
+                                  max_size=2)},
+), min_size=1, max_size=6)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=_events)
+async def test_any_batch_gets_the_same_answer(pair: tuple[ServerProcess, ServerProcess], batch: list[Any]) -> None:
+    body = json.dumps(batch)
+    one, many = pair
+    for server in pair:
+        await call(server, "icrc72_register_publication", json.dumps([{"namespace": NS, "config": []}]))
+    a, b = await call(one, "icrc72_publish", body), await call(many, "icrc72_publish", body)
+    # Ids differ when the two servers stored different numbers of events before; the rest may not.
+    assert (a[0], _shape(a[1])) == (b[0], _shape(b[1])), body
+
+
+def _shape(answer: Any) -> Any:
+    if isinstance(answer, list):
+        return [{"Ok": "id"} if isinstance(r, dict) and "Ok" in r else r for r in answer]
+    return answer
+
+
+async def test_a_deprecated_schema_warns_through_a_front(server_factory: Callable[..., ServerProcess]) -> None:
+    server = server_factory(workers="3")
+    (r,) = (await call(server, "register_schema", json.dumps([{"model": json.dumps({"type": "object"})}])))[1]
+    sid = r["Ok"]["id"]
+    await call(server, "icrc72_register_publication", json.dumps(
+        [{"namespace": NS, "config": [["tidings:publication:schema", {"Nat": sid}]]}]))
+    await call(server, "update_schema_state", json.dumps(
+        [{"id": sid, "state": "Deprecated", "valid_to": time.time_ns() + 3600 * 10**9}]))
+    for _ in range(6):
+        status, body, warning = await call(server, "icrc72_publish", json.dumps(
+            [{"namespace": NS, "data": {"Map": []}}]))
+        assert status == 200 and "Ok" in body[0] and warning and "Deprecated" in warning
+
+
+async def test_the_other_paths_pass_through(server_factory: Callable[..., ServerProcess]) -> None:
+    server = server_factory(workers="3")
+    for _ in range(6):
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{server.url}/openapi.json") as r:
+                assert r.status == 200 and "paths" in await r.json()
+            async with http.get(f"{server.url}/subjects", headers={
+                    "authorization": f"Bearer {server.admin_token}"}) as r:
+                assert r.status == 200 and await r.json() == []
+            async with http.get(f"{server.url}/v1/icrc72_publish") as r:
+                assert r.status == 405 and r.headers["Allow"] == "POST"
+            async with http.head(f"{server.url}/healthz") as r:
+                assert r.status in (200, 405)
