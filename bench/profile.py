@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.profile fanout             # 100 endpoints
     .venv/bin/python -m bench.profile stream-publish     # WebSocket, 1 event/message, 2 x 1000 in flight
     .venv/bin/python -m bench.profile stream-fanout      # 100 stream: subscriptions on 4 connections
+    .venv/bin/python -m bench.profile publish --workers 1  # the broker alone, no front process
     .venv/bin/python -m bench.profile split --rate 1000  # a live event's latency, stage by stage
 
 ``publish`` and ``fanout`` print the server's CPU per event or notification (psutil), the
@@ -33,10 +34,18 @@ from tidings.client import EventNotification
 
 
 def _cpu(pid: int) -> float:
+    """CPU seconds of the server and its front processes (docs/scaling.md)."""
     import psutil
 
-    t = psutil.Process(pid).cpu_times()
-    return float(t.user + t.system)
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
 
 
 def _report(raw: Path, top: int) -> None:
@@ -95,15 +104,18 @@ async def _run(what: str, srv: Server, seconds: float) -> tuple[int, str, float]
     return int(r["delivered"]), "notification", float(r["notifications_per_s"])
 
 
-def profile(what: str, seconds: float, gil: bool, top: int) -> None:
+def profile(what: str, seconds: float, gil: bool, top: int, workers: int) -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
-    with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
+    env = {"TIDINGS_WORKERS": str(workers)}
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d), env) as srv:
         assert srv.proc is not None
         raw = Path(d) / "profile.txt"
+        time.sleep(1.0)  # the fronts are up
+        # With fronts, samples are per process first ("process N"), then per thread.
         cmd = [spy, "record", "-p", str(srv.proc.pid), "-f", "raw", "-o", str(raw), "--threads", "-r", "200",
-               "-d", str(int(seconds) + 1)] + (["--gil"] if gil else [])
+               "--subprocesses", "-d", str(int(seconds) + 1)] + (["--gil"] if gil else [])
         rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # attached before the load starts
         cpu0, t0 = _cpu(srv.proc.pid), time.monotonic()
@@ -148,12 +160,13 @@ def main() -> None:
     ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--rate", type=float, default=1000.0, help="split: events per second")
+    ap.add_argument("--workers", type=int, default=0, help="TIDINGS_WORKERS of the server (0: one per core)")
     a = ap.parse_args()
     if a.what == "split":
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
             asyncio.run(split(srv, a.rate, a.seconds))
     else:
-        profile(a.what, a.seconds, a.gil, a.top)
+        profile(a.what, a.seconds, a.gil, a.top, a.workers)
 
 
 if __name__ == "__main__":
