@@ -22,6 +22,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection, unix_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from ..bodies import read_body
 from ..core import ingest, values
@@ -35,6 +37,7 @@ _HOP_BY_HOP = frozenset({
     "transfer-encoding", "upgrade", "host",
 })  # fmt: skip
 _METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"]
+_PASSABLE = frozenset({1000, 1001, 1007, 1008, 1009, 1011})  # close codes a client may send on
 _decode_events = msgspec.json.Decoder(list[Event]).decode
 _encode_batch = msgspec.msgpack.Encoder().encode
 
@@ -130,16 +133,26 @@ def front_app(config: FrontConfig) -> Starlette:
         return StreamingResponse(chunks(), status_code=resp.status, headers=headers)
 
     async def websocket(ws: WebSocket) -> None:
-        url = "http://broker" + ws.url.path + (f"?{ws.url.query}" if ws.url.query else "")
+        uri = "ws://broker" + ws.url.path + (f"?{ws.url.query}" if ws.url.query else "")
+        headers = {k: v for k, v in _forwarded(ws.headers).items() if not k.lower().startswith("sec-websocket-")}
+        protocols = ws.headers.get("sec-websocket-protocol")
         try:
-            up = await upstream().ws_connect(url, headers=_forwarded(ws.headers), max_msg_size=0)
-        except aiohttp.WSServerHandshakeError as e:
-            await ws.close(code=4000 + e.status if 400 <= e.status < 600 else 1011)
+            up = await unix_connect(
+                config.uds, uri, additional_headers=headers, max_size=None, compression=None,
+                subprotocols=[p.strip() for p in protocols.split(",")] if protocols else None,  # type: ignore[misc]
+                open_timeout=10,
+            )
+        except InvalidStatus as e:  # the broker refused the handshake: its answer, as it gave it
+            r = e.response
+            await ws.send_denial_response(Response(
+                bytes(r.body or b""), status_code=r.status_code,
+                headers={k: v for k, v in r.headers.raw_items() if k.lower() not in _HOP_BY_HOP | {"content-length"}},
+            ))
             return
-        except aiohttp.ClientError:
+        except (OSError, WebSocketException, TimeoutError):
             await ws.close(code=1011)
             return
-        await ws.accept(subprotocol=up.protocol)
+        await ws.accept(subprotocol=up.subprotocol)
         await _pump(ws, up)
 
     @contextlib.asynccontextmanager
@@ -180,30 +193,38 @@ def _error(status: int, code: str, message: str) -> Response:
                     media_type="application/json")
 
 
-async def _pump(ws: WebSocket, up: aiohttp.ClientWebSocketResponse) -> None:
+async def _pump(ws: WebSocket, up: ClientConnection) -> None:
+    """Messages both ways until either side closes; the close code is passed on."""
+
     async def down() -> None:
-        async for msg in up:
-            if msg.type == aiohttp.WSMsgType.TEXT:
-                await ws.send_text(msg.data)
-            elif msg.type == aiohttp.WSMsgType.BINARY:
-                await ws.send_bytes(msg.data)
+        try:
+            async for msg in up:
+                if isinstance(msg, str):
+                    await ws.send_text(msg)
+                else:
+                    await ws.send_bytes(msg)
+        except ConnectionClosed:
+            pass
         with contextlib.suppress(RuntimeError):
-            await ws.close(code=up.close_code or 1000)
+            await ws.close(code=up.close_code or 1000, reason=up.close_reason or "")
 
     async def upward() -> None:
-        with contextlib.suppress(WebSocketDisconnect):
+        code = 1000
+        with contextlib.suppress(WebSocketDisconnect, ConnectionClosed):
             while True:
                 msg = await ws.receive()
                 if msg["type"] == "websocket.disconnect":
+                    code = msg.get("code", 1000)
                     break
                 if msg.get("text") is not None:
-                    await up.send_str(msg["text"])
+                    await up.send(msg["text"])
                 elif msg.get("bytes") is not None:
-                    await up.send_bytes(msg["bytes"])
-        await up.close()
+                    await up.send(msg["bytes"])
+        await up.close(code=code if code in _PASSABLE or 3000 <= code < 5000 else 1000)
 
     tasks = [asyncio.create_task(down()), asyncio.create_task(upward())]
     _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for t in pending:
         t.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+    await up.close()
