@@ -432,3 +432,18 @@ async def test_schemas_equal_but_for_number_spelling_share_one_id(api: Api) -> N
     first = await api.register('{"type": "integer", "minimum": 1, "maximum": 100}', name="num.a")
     again = await api.register('{"maximum": 1e2, "type": "integer", "minimum": 1.0}', name="num.a")
     assert first["Ok"]["id"] == again["Ok"]["id"], (first, again)
+    # Exactly by value: 2**53 + 1 written as 9007199254740993.0 is the same number; 2**53
+    # (one double away from it in no double at all) is another schema.
+    big = await api.register('{"maximum": 9007199254740993}', name="num.b")
+    same = await api.register('{"maximum": 9007199254740993.0}', name="num.b")
+    other = await api.register('{"maximum": 9007199254740992.0}', name="num.c")
+    assert same["Ok"]["id"] == big["Ok"]["id"] != other["Ok"]["id"], (big, same, other)
+    assert other["Ok"]["duplicate"] is False
+    # A number past a double is malformed, itemised, never a 5xx (Python's int refuses
+    # 4,300 digits with a ValueError).
+    for number in ("1e400", "1" + "0" * 5000):
+        for fmt, model in (("JSON", f'{{"maximum": {number}}}'), ("AVRO", f'{{"type": "record", "name": "R", '
+                                                                           f'"fields": [{{"name": "d", "type": '
+                                                                           f'"double", "default": {number}}}]}}')):
+            result = await api.register(model, format=fmt)
+            assert code(result) == "MalformedSchema", (fmt, number[:10], result)

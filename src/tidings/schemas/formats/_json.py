@@ -10,7 +10,7 @@ from jsonschema.exceptions import best_match
 from . import _json_compat
 from ._drafts import Draft, draft_of
 from ._icrc16 import to_json_instance
-from ._jsontext import canonical_json, load_json
+from ._jsontext import exact_canonical, load_json
 from ._model import Incompatibility, MalformedSchema, Model, SchemaFormat, Violation
 from ._paths import instance_path
 
@@ -58,7 +58,7 @@ class JsonModel(Model):
         self.schema: Any = schema
         self.draft = draft
         self.text = text
-        self.canonical = canonical_json(schema)
+        self.canonical = exact_canonical(text)
 
     def validate(self, value: Any) -> Violation | None:
         instance = to_json_instance(value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._avro import AvroModel
 from ._json import JsonModel
-from ._jsontext import canonical_json, load_json
+from ._jsontext import exact_canonical, load_json
 from ._model import MalformedSchema, Model, SchemaFormat
 from ._protobuf import ProtobufModel
 
@@ -34,4 +34,5 @@ def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool =
 
 def json_canonical(text: str) -> str:
     """A JSON Schema text's canonical form, as ``parse_model`` gives it, without the checks."""
-    return canonical_json(load_json(text))
+    load_json(text)  # the same checks: MalformedSchema
+    return exact_canonical(text)
