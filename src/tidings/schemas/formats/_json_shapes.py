@@ -11,9 +11,11 @@ The rules, per keyword (docs/schemas.md, "Evolution", has them for users):
 - ``anyOf`` / ``oneOf`` on the **reader**: each writer branch must fit inside one reader
   branch (and inside the reader's other keywords). A writer branch that fits none is
   ``sum-type-narrowed`` (a branch the old data uses was removed or narrowed). For
-  ``oneOf`` a writer branch that fits two reader branches entirely is refused too, since
-  its instances would match both; partial overlaps between reader branches are not
-  detected (the same reading Confluent's checker takes).
+  ``oneOf``, which refuses a value matching two branches, each other reader branch must
+  also be provably apart from the writer's branch (``_json_disjoint``: other types,
+  other constants, a discriminating property), or be identical to another branch of the
+  writer's own ``oneOf`` (whose values the writer already kept out of this branch). This
+  is stricter than Confluent's checker, which does not look at overlaps, and sound.
 - ``patternProperties``: a property name is judged by what applies to it on each side. A
   listed name follows its own schema and, on the reader's side, every pattern matching it
   (patterns are tested with Python's ``re``; one it cannot compile counts as "may match",
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from . import _json_rules as rules
+from ._json_disjoint import disjoint
 from ._paths import step
 
 __all__ = ["Checker", "objects", "sum_types"]
@@ -54,6 +57,7 @@ class Checker(Protocol):
     def report(self, path: str, rule_pair: tuple[str, str], message: str) -> None: ...
     def unsupported(self, path: str, what: str) -> None: ...
     def check(self, r: Any, w: Any, path: str) -> None: ...
+    def same(self, r: Any, w: Any) -> bool: ...
     def descend(self, r: Any, w: Any, path: str) -> None: ...
     def trial(self, run: Callable[[], None]) -> dict[Any, Any]: ...
     def keep(self, key: Any, make: Callable[[], Any]) -> Any: ...
@@ -88,7 +92,8 @@ def sum_types(c: Checker, r: dict[str, Any], w: dict[str, Any], path: str) -> bo
         where = path if kw is None else f"{path}.{kw}[{i}]"
         if kr is not None:
             c.check(r_rest, part, path)
-            _fit_one_branch(c, r[kr], kr, part, where, path)
+            others = [b for j, b in enumerate(w[kw]) if j != i] if kw == "oneOf" else []
+            _fit_one_branch(c, r[kr], kr, part, where, path, _Apart(c, _typed(part, w), others))
         else:
             c.check(r, part, path)
     return True
@@ -113,7 +118,27 @@ def _join(w: dict[str, Any], key: str, branch: Any) -> Any:
     return {**rest, **branch}
 
 
-def _fit_one_branch(c: Checker, branches: list[Any], key: str, part: Any, where: str, path: str) -> None:
+def _typed(part: Any, w: dict[str, Any]) -> Any:
+    """The writer's branch with the writer's ``type`` (which its values also satisfy)
+    added when the branch has none, for proving it apart from other branches."""
+    if isinstance(part, dict) and "type" not in part and "type" in w:
+        return {**part, "type": w["type"]}
+    return part
+
+
+class _Apart:
+    """Whether a reader branch is kept apart from one writer branch's values."""
+
+    def __init__(self, c: Checker, part: Any, others: list[Any]) -> None:
+        self.c, self.part, self.others = c, part, others
+
+    def __call__(self, branch: Any) -> bool:
+        return disjoint(self.part, branch) or any(self.c.same(branch, o) for o in self.others)
+
+
+def _fit_one_branch(
+    c: Checker, branches: list[Any], key: str, part: Any, where: str, path: str, apart: _Apart
+) -> None:
     tried = [c.trial(_checking(c, b, part, f"{path}.{key}[{j}]")) for j, b in enumerate(branches)]
     fits = [j for j, found in enumerate(tried) if not found]
     if not fits:
@@ -127,11 +152,20 @@ def _fit_one_branch(c: Checker, branches: list[Any], key: str, part: Any, where:
             f"{path}.{key}", ("sum-type-narrowed", "sum-type-extended"),
             f"{rules.subject(where)}: values {c.W} allows there fit no branch of {c.R}'s {key}.",
         )
-    elif key == "oneOf" and len(fits) > 1:
+    elif key == "oneOf":
+        clashes = []
+        for j in fits:
+            clash = next((k for k, b in enumerate(branches) if k != j and not apart(b)), None)
+            if clash is None:
+                return
+            clashes.append((j, clash))
+        j, k = clashes[0]
+        how = "fit" if k in fits else "may also match"
         c.report(
             f"{path}.{key}", ("sum-type-narrowed", "sum-type-extended"),
-            f"{rules.subject(where)}: values {c.W} allows there fit branches {fits[0]} and {fits[1]} of "
-            f"{c.R}'s oneOf, which refuses a value matching two branches.",
+            f"{rules.subject(where)}: values {c.W} allows there fit branch {j} of {c.R}'s oneOf and {how} "
+            f"branch {k}, and a oneOf refuses a value matching two branches (tidings proves branches apart "
+            "by type, constant or a discriminating property).",
         )
 
 
