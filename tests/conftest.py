@@ -20,6 +20,10 @@ import aiohttp
 import pytest
 import uvicorn
 
+from .pg_support import pg_database
+
+__all__ = ["pg_database"]
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -16,10 +16,11 @@ CLIENT = {
 
 STORE = {
     "DeadLetter", "DeliveryRecord", "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord",
-    "PublicationRecord", "SQLiteStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord", "SubscriptionSecret",
+    "PublicationRecord", "SQLiteStore", "PostgresStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord",
+    "SubscriptionSecret",
     "SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaVersion",
     "InsufficientCredit", "ReplayCounts", "ReplayRecord",
-    "AppendRouter", "Route",
+    "AppendRouter", "Route", "store_for", "redact_address",
     "PrincipalStore", "RegistryStore", "EventStore", "DeliveryStore", "StatisticsStore", "SchemaStore", "ReplayStore",
 }
 

@@ -15,6 +15,7 @@ from tidings.errors import StoreError
 from tidings.store import (
     MemoryStore,
     NewEvent,
+    PostgresStore,
     PrincipalRecord,
     PublicationRecord,
     SchemaChange,
@@ -27,10 +28,25 @@ from tidings.store import (
     SubscriptionRecord,
 )
 
+from .pg_support import fresh_schema
 
-@pytest.fixture(params=["memory", "sqlite"])
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Store = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "t.db")
+    s: Store
+    if request.param == "memory":
+        s = MemoryStore()
+    elif request.param == "sqlite":
+        s = SQLiteStore(tmp_path / "t.db")
+    else:
+        async with fresh_schema(request.getfixturevalue("pg_database")) as schema:
+            s = PostgresStore(request.getfixturevalue("pg_database"), server_settings={"search_path": schema})
+            await s.open()
+            try:
+                yield s
+            finally:
+                await s.close()
+        return
     await s.open()
     try:
         yield s

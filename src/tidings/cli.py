@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (default 127.0.0.1, env TIDINGS_HOST)")
     serve.add_argument("--port", type=int, help="listen port (default 8072, env TIDINGS_PORT; 0 picks one)")
     serve.add_argument("--data-dir", type=Path, help="store folder (default ./var, env TIDINGS_DATA_DIR)")
+    serve.add_argument("--store", help="postgresql://user@host:port/database to use PostgreSQL instead of the "
+                       "SQLite file in the data folder (env TIDINGS_STORE)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     pr = sub.add_parser("principal", help="create principals and tokens")
@@ -57,16 +59,20 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--admin", action="store_true", help="may create principals and administer")
     create.add_argument("--data-dir", type=Path)
+    create.add_argument("--store", help="the store's address, as for serve (env TIDINGS_STORE)")
     token = psub.add_parser("token", help="issue a further token for an existing principal")
     token.add_argument("name")
     token.add_argument("--data-dir", type=Path)
+    token.add_argument("--store", help="the store's address, as for serve (env TIDINGS_STORE)")
     revoke = psub.add_parser("revoke", help="revoke a principal's tokens (all, or one with --token); "
                              "a running server stops accepting them within seconds")
     revoke.add_argument("name")
     revoke.add_argument("--token", help="revoke only this token (read from TIDINGS_REVOKE_TOKEN if '-')")
     revoke.add_argument("--data-dir", type=Path)
+    revoke.add_argument("--store", help="the store's address, as for serve (env TIDINGS_STORE)")
     lst = psub.add_parser("list", help="list principals")
     lst.add_argument("--data-dir", type=Path)
+    lst.add_argument("--store", help="the store's address, as for serve (env TIDINGS_STORE)")
 
     dl = sub.add_parser("dead-letters", help="list, redrive or drop dead letters (through the API)")
     _api_options(dl)
@@ -151,16 +157,16 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    settings = Settings.from_env(host=args.host, port=args.port, data_dir=args.data_dir)
+    settings = Settings.from_env(host=args.host, port=args.port, data_dir=args.data_dir, store=args.store)
     return serve(settings)
 
 
 async def _principal(args: argparse.Namespace) -> int:
     from .broker.auth import Authenticator
-    from .store import SQLiteStore
+    from .store import store_for
 
-    settings = Settings.from_env(data_dir=args.data_dir)
-    store = SQLiteStore(settings.db_path)
+    settings = Settings.from_env(data_dir=args.data_dir, store=getattr(args, "store", None))
+    store = store_for(settings.store, settings.db_path)
     await store.open()
     try:
         auth = Authenticator(store)

@@ -21,7 +21,7 @@ from .front import FrontConfig, FrontPool
 from .front.process import listening_socket
 from .runtime import tune_gc
 from .settings import Settings
-from .store import SQLiteStore
+from .store import redact_address, store_for
 
 __all__ = ["serve"]
 
@@ -49,7 +49,7 @@ def _private_data_dir(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> int:
-    broker = Broker(settings, SQLiteStore(settings.db_path))
+    broker = Broker(settings, store_for(settings.store, settings.db_path))
     async with broker:
         tune_gc()
         token_file = settings.data_dir / "admin.token"
@@ -82,7 +82,8 @@ async def _serve(settings: Settings) -> int:
             print(f"tidings: could not listen on {settings.host}:{settings.port}", file=sys.stderr)
             return 1
         host, port = server.servers[0].sockets[0].getsockname()[:2]
-        print(f"tidings {settings.db_path} listening on http://{host}:{port}", flush=True)
+        where = redact_address(settings.store) if settings.store else settings.db_path
+        print(f"tidings {where} listening on http://{host}:{port}", flush=True)
         print(f"  OpenAPI: http://{host}:{port}/openapi.json", flush=True)
         if created:
             print(f"  admin token written to {token_file} (created now)", flush=True)

@@ -33,6 +33,11 @@ class Settings:
     """Processes serving the API: the broker and ``workers - 1`` front processes that parse,
     check and stamp requests for it (docs/scaling.md). 0: one per core; 1: the broker alone."""
 
+    store: str = dataclasses.field(default="", repr=False)
+    """Where the store lives: empty for the embedded SQLite file under ``data_dir``, or a
+    PostgreSQL address (``postgresql://user:password@host:port/database``; never printed,
+    it may hold a password). Needs ``pip install 'tidings[postgresql]'``."""
+
     broadcaster_id: str = "tidings-broadcaster-1"
     """This broadcaster's principal, the ``source`` of notifications it sends."""
 

@@ -4,9 +4,15 @@ The concerns (``tidings.store._base``): ``PrincipalStore``, ``RegistryStore``
 (publications, publishers, subscriptions, secrets), ``EventStore``, ``DeliveryStore``
 (notifications, dead letters, delivery records), ``StatisticsStore``, ``SchemaStore`` and
 ``ReplayStore``. Each backend implements each concern in its own module: SQLite
-(``SQLiteStore``, embedded) and memory (``MemoryStore``).
+(``SQLiteStore``, embedded), PostgreSQL (``PostgresStore``, shared by several
+processes) and memory (``MemoryStore``).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._address import redact_address, store_for
 from ._base import (
     AppendRouter,
     DeadLetter,
@@ -34,6 +40,9 @@ from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaVersion
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
+if TYPE_CHECKING:
+    from .postgresql import PostgresStore
+
 __all__ = [
     "AppendRouter",
     "DeadLetter",
@@ -44,6 +53,7 @@ __all__ = [
     "MemoryStore",
     "NewEvent",
     "PendingNotification",
+    "PostgresStore",
     "PrincipalRecord",
     "PrincipalStore",
     "PublicationRecord",
@@ -64,4 +74,15 @@ __all__ = [
     "StoredEvent",
     "SubscriptionRecord",
     "SubscriptionSecret",
+    "redact_address",
+    "store_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore needs asyncpg (the ``postgresql`` extra): imported when asked for.
+    if name == "PostgresStore":
+        from .postgresql import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

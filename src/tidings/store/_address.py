@@ -1,0 +1,43 @@
+"""Which store an address names, and how to show an address without its password."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from ._base import Store
+from .sqlite import SQLiteStore
+
+__all__ = ["redact_address", "store_for"]
+
+
+def store_for(address: str, default_path: Path) -> Store:
+    """The store at ``address``: a ``postgresql://`` (or ``postgres://``) address, or empty
+    for the SQLite file at ``default_path``. Raises ``ConfigError`` for anything else."""
+    if not address:
+        return SQLiteStore(default_path)
+    scheme = address.partition("://")[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from .postgresql import PostgresStore
+        except ImportError as e:
+            raise ConfigError(
+                f"TIDINGS_STORE is a PostgreSQL address but {e.name} is not installed: "
+                "pip install 'tidings[postgresql]'"
+            ) from None
+        return PostgresStore(address)
+    if scheme in ("sqlite", "file"):
+        return SQLiteStore(address.partition("://")[2] or default_path)
+    raise ConfigError(
+        f"TIDINGS_STORE: unknown store {scheme or address!r}; use postgresql://user@host:port/database, "
+        "sqlite:///path/to/file.db, or nothing (the SQLite file in the data folder)"
+    )
+
+
+def redact_address(address: str) -> str:
+    """``address`` with any password left out, for logs and messages."""
+    scheme, sep, rest = address.partition("://")
+    if not sep or "@" not in rest:
+        return address
+    auth, _, host = rest.rpartition("@")
+    return f"{scheme}://{auth.split(':', 1)[0]}@{host}"

@@ -1,0 +1,130 @@
+"""What the PostgreSQL store's concern modules share: access to the pool, and row helpers.
+
+Every write is one transaction on a pooled connection. Transactions that lose a lock
+race to another (a deadlock, or a serialisation failure) are run again from the start,
+a few times, so callers never see those; any other database error reaches the caller
+as :class:`tidings.errors.StoreError` and leaves nothing behind.
+
+Counter rows (``stats``) are always upserted in one statement per transaction, sorted
+by key, so two transactions touching the same counters take their locks in the same
+order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+import msgspec
+
+from ..errors import StoreError
+from ._records import Stat, StoredEvent, SubscriptionRecord
+
+__all__ = [
+    "DL_COLS",
+    "DL_FIELDS",
+    "EVENT_COLS",
+    "SUB_COLS",
+    "PgAccess",
+    "apply_stats",
+    "dec",
+    "enc",
+    "event_row",
+    "stat_rows",
+    "sub_row",
+]
+
+T = TypeVar("T")
+
+enc = msgspec.json.encode
+dec = msgspec.json.decode
+
+EVENT_COLS = "seq, namespace, id, prev_id, timestamp, source, data, headers"
+SUB_COLS = "id, subscriber, namespace, endpoint, mode, config, cursor, created_at"
+DL_FIELDS = ("id", "subscription_id", "subscriber", "seq", "namespace", "event_id", "attempts", "reason", "dead_at")
+DL_COLS = ", ".join(DL_FIELDS)
+
+_RETRIED = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
+_ATTEMPTS = 8
+
+
+def event_row(r: Any) -> StoredEvent:
+    return StoredEvent(
+        seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5], data=bytes(r[6]),
+        headers=bytes(r[7]),
+    )
+
+
+def sub_row(r: Any) -> SubscriptionRecord:
+    return SubscriptionRecord(
+        id=r[0], subscriber=r[1], namespace=r[2], endpoint=r[3], mode=r[4], config=dec(r[5]), cursor=r[6],
+        created_at=r[7],
+    )
+
+
+def stat_rows(stats: Iterable[Stat]) -> list[tuple[str, str, str, int]]:
+    """Sum the deltas per counter (raising on a delta that is not a number, before any
+    write), drop those that cancel out, and sort: the order locks are taken in."""
+    agg: dict[tuple[str, str, str], int] = {}
+    for s in stats:
+        k = (s.scope, s.key, s.name)
+        agg[k] = agg.get(k, 0) + s.delta
+    return sorted((*k, v) for k, v in agg.items() if v)
+
+
+async def apply_stats(c: asyncpg.Connection, rows: Sequence[tuple[str, str, str, int]]) -> None:
+    """Upsert counter increments from :func:`stat_rows` (give all of a transaction's at once)."""
+    if not rows:
+        return
+    await c.execute(
+        "INSERT INTO stats(scope, key, name, value) "
+        "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) "
+        "ON CONFLICT (scope, key, name) DO UPDATE SET value = stats.value + excluded.value",
+        [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
+    )
+
+
+class PgAccess:
+    """How each concern's module reaches the database; ``PostgresStore`` sets ``_pool``."""
+
+    _pool: asyncpg.Pool | None = None
+
+    def _the_pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return self._pool
+
+    async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run ``fn`` in one transaction, again from the start if it lost a lock race."""
+        pool = self._the_pool()
+        for attempt in range(_ATTEMPTS):
+            try:
+                async with pool.acquire() as c, c.transaction():
+                    return await fn(c)
+            except _RETRIED:
+                if attempt == _ATTEMPTS - 1:
+                    raise StoreError("the transaction kept losing lock races; try again") from None
+            except asyncpg.PostgresError as e:
+                raise StoreError(f"PostgreSQL refused a write: {e}") from e
+            except (OSError, asyncpg.exceptions.InterfaceError) as e:
+                raise StoreError(f"PostgreSQL is unreachable: {e}") from e
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run ``fn`` on a pooled connection (one statement, or a repeatable-read snapshot
+        when it reads several tables that must agree)."""
+        pool = self._the_pool()
+        try:
+            async with pool.acquire() as c:
+                return await fn(c)
+        except asyncpg.PostgresError as e:
+            raise StoreError(f"PostgreSQL refused a read: {e}") from e
+        except (OSError, asyncpg.exceptions.InterfaceError) as e:
+            raise StoreError(f"PostgreSQL is unreachable: {e}") from e
+
+    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+        return await self._read(lambda c: c.fetch(sql, *args))
+
+    async def _fetchval(self, sql: str, *args: Any) -> Any:
+        return await self._read(lambda c: c.fetchval(sql, *args))

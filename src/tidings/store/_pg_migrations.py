@@ -1,0 +1,264 @@
+"""The PostgreSQL store's schema, as numbered migrations applied at start.
+
+``schema_migrations`` records each version applied. At open the store takes a
+transaction-scoped advisory lock (so several broadcaster processes starting at once
+migrate once), applies each version above the highest recorded, in order, each in the
+transaction that records it, and refuses a database migrated by a newer tidings.
+
+Never edit a migration that has shipped: add the next one. Text columns use the "C"
+collation: names sort and compare by bytes, as in SQLite, whatever the database's locale.
+
+Event ids: ``log_head`` (one row) holds the log's last ``seq`` and ``namespace_heads``
+each namespace's last event id. An append updates both in its transaction, so the row
+locks make concurrent writers (in this process or in others sharing the database) take
+turns: ``seq`` is gap-free and in commit order, and each namespace's ids are gap-free
+with their ``prev_id`` chain; a rolled-back append gives its numbers back. The head of a
+namespace outlives its events (retention) and its publication (deletion), so a chain
+never restarts.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import asyncpg
+
+from ..errors import StoreError
+
+__all__ = ["MIGRATIONS", "migrate"]
+
+_V1: Final = """
+CREATE SEQUENCE subscriptions_id_seq;
+CREATE SEQUENCE notifications_id_seq;
+CREATE SEQUENCE secrets_id_seq;
+CREATE SEQUENCE deliveries_serial_seq;
+CREATE SEQUENCE replays_id_seq;
+CREATE SEQUENCE schemas_id_seq;
+CREATE SEQUENCE schema_changes_seq_seq;
+
+CREATE TABLE principals (
+    name text COLLATE "C" PRIMARY KEY,
+    admin boolean NOT NULL,
+    created_at bigint NOT NULL
+);
+CREATE TABLE tokens (
+    hash bytea PRIMARY KEY,
+    principal text COLLATE "C" NOT NULL REFERENCES principals(name)
+);
+CREATE TABLE publications (
+    namespace text COLLATE "C" PRIMARY KEY,
+    owner text COLLATE "C" NOT NULL,
+    config bytea NOT NULL,
+    created_at bigint NOT NULL
+);
+CREATE TABLE publishers (
+    namespace text COLLATE "C" NOT NULL,
+    principal text COLLATE "C" NOT NULL,
+    PRIMARY KEY (namespace, principal)
+);
+CREATE TABLE subscriptions (
+    id bigint PRIMARY KEY DEFAULT nextval('subscriptions_id_seq'),
+    subscriber text COLLATE "C" NOT NULL,
+    namespace text COLLATE "C" NOT NULL,
+    endpoint text COLLATE "C",
+    mode text COLLATE "C" NOT NULL,
+    config bytea NOT NULL,
+    cursor bigint NOT NULL,
+    created_at bigint NOT NULL
+);
+CREATE INDEX subscriptions_ns ON subscriptions(namespace, id);
+CREATE TABLE secrets (
+    id bigint PRIMARY KEY DEFAULT nextval('secrets_id_seq'),
+    subscription_id bigint NOT NULL,
+    secret text COLLATE "C" NOT NULL,
+    created_at bigint NOT NULL,
+    expires_at bigint
+);
+CREATE INDEX secrets_sub ON secrets(subscription_id, id);
+
+CREATE TABLE log_head (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    seq bigint NOT NULL
+);
+INSERT INTO log_head(one, seq) VALUES (true, 0);
+CREATE TABLE namespace_heads (
+    namespace text COLLATE "C" PRIMARY KEY,
+    last_id bigint NOT NULL
+);
+CREATE TABLE events (
+    seq bigint PRIMARY KEY,
+    namespace text COLLATE "C" NOT NULL,
+    id bigint NOT NULL,
+    prev_id bigint,
+    timestamp bigint NOT NULL,
+    source text COLLATE "C" NOT NULL,
+    headers bytea NOT NULL,
+    data bytea NOT NULL
+);
+CREATE UNIQUE INDEX events_ns_id ON events(namespace, id);
+CREATE INDEX events_ns_seq ON events(namespace, seq);
+
+CREATE TABLE notifications (
+    id bigint PRIMARY KEY DEFAULT nextval('notifications_id_seq'),
+    subscription_id bigint NOT NULL,
+    seq bigint NOT NULL,
+    namespace text COLLATE "C" NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    created_at bigint NOT NULL DEFAULT 0,
+    sent boolean NOT NULL DEFAULT false
+);
+CREATE INDEX notifications_sub ON notifications(subscription_id, id);
+CREATE INDEX notifications_seq ON notifications(seq);
+CREATE TABLE dead_letters (
+    id bigint PRIMARY KEY,
+    subscription_id bigint NOT NULL,
+    subscriber text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    namespace text COLLATE "C" NOT NULL,
+    event_id bigint NOT NULL,
+    attempts integer NOT NULL,
+    reason text COLLATE "C" NOT NULL,
+    dead_at bigint NOT NULL
+);
+CREATE INDEX dead_letters_sub ON dead_letters(subscription_id, id);
+CREATE INDEX dead_letters_seq ON dead_letters(seq);
+CREATE TABLE deliveries (
+    serial bigint PRIMARY KEY DEFAULT nextval('deliveries_serial_seq'),
+    notification_id bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    subscriber text COLLATE "C" NOT NULL,
+    namespace text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    event_id bigint NOT NULL,
+    source text COLLATE "C",
+    event_timestamp bigint,
+    created_at bigint,
+    settled_at bigint NOT NULL,
+    attempts integer NOT NULL,
+    outcome text COLLATE "C" NOT NULL,
+    replay boolean NOT NULL DEFAULT false
+);
+CREATE INDEX deliveries_settled ON deliveries(settled_at);
+CREATE INDEX deliveries_notification ON deliveries(notification_id);
+
+CREATE TABLE stats (
+    scope text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    name text COLLATE "C" NOT NULL,
+    value bigint NOT NULL,
+    PRIMARY KEY (scope, key, name)
+);
+
+CREATE TABLE replays (
+    id bigint PRIMARY KEY DEFAULT nextval('replays_id_seq'),
+    requester text COLLATE "C" NOT NULL,
+    namespace text COLLATE "C" NOT NULL,
+    subscription_id bigint NOT NULL,
+    from_id bigint NOT NULL,
+    to_id bigint NOT NULL,
+    open_end boolean NOT NULL,
+    config bytea NOT NULL,
+    memo text COLLATE "C",
+    state text COLLATE "C" NOT NULL,
+    detail text COLLATE "C" NOT NULL,
+    position bigint NOT NULL,
+    sent bigint NOT NULL,
+    expected bigint NOT NULL,
+    price bigint NOT NULL,
+    charged bigint NOT NULL,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL
+);
+CREATE INDEX replays_state ON replays(state, id);
+CREATE TABLE replay_notes (
+    id bigint PRIMARY KEY,
+    replay_id bigint NOT NULL,
+    seq bigint NOT NULL,
+    namespace text COLLATE "C" NOT NULL,
+    event_id bigint NOT NULL,
+    prev_id bigint,
+    timestamp bigint NOT NULL,
+    source text COLLATE "C" NOT NULL,
+    headers bytea NOT NULL,
+    data bytea NOT NULL
+);
+CREATE INDEX replay_notes_replay ON replay_notes(replay_id, id);
+CREATE TABLE credits (
+    principal text COLLATE "C" PRIMARY KEY,
+    balance bigint NOT NULL
+);
+
+CREATE TABLE schemas (
+    id bigint PRIMARY KEY DEFAULT nextval('schemas_id_seq'),
+    format text COLLATE "C" NOT NULL,
+    model text COLLATE "C" NOT NULL,
+    canonical text COLLATE "C" NOT NULL,
+    replaces bigint,
+    created_at bigint NOT NULL,
+    created_by text COLLATE "C" NOT NULL,
+    state text COLLATE "C" NOT NULL,
+    valid_from bigint,
+    valid_to bigint,
+    retention_s bigint,
+    starting_at bigint NOT NULL DEFAULT 0,
+    deleted_at bigint,
+    refs text COLLATE "C" NOT NULL DEFAULT '[]'
+);
+CREATE TABLE schema_versions (
+    name text COLLATE "C" NOT NULL,
+    version bigint NOT NULL,
+    schema_id bigint NOT NULL,
+    created_at bigint NOT NULL,
+    deleted_at bigint,
+    soft_deleted_at bigint,
+    PRIMARY KEY (name, version)
+);
+CREATE TABLE schema_settings (
+    key text COLLATE "C" PRIMARY KEY,
+    value bytea NOT NULL
+);
+CREATE TABLE schema_changes (
+    seq bigint PRIMARY KEY DEFAULT nextval('schema_changes_seq_seq'),
+    schema_id bigint,
+    at bigint NOT NULL,
+    by text COLLATE "C" NOT NULL,
+    action text COLLATE "C" NOT NULL,
+    detail text COLLATE "C" NOT NULL
+);
+CREATE INDEX schema_changes_schema ON schema_changes(schema_id, seq);
+"""
+
+MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
+    (1, "the registry, the event log, deliveries, statistics, replays and schemas", _V1),
+)
+"""(version, what it does, SQL), in order."""
+
+# Any constant will do, as long as no other user of the database takes it.
+_LOCK: Final = 0x7469_6469_6E67  # "tiding"
+
+
+async def migrate(c: asyncpg.Connection) -> list[int]:
+    """Apply the migrations this database lacks; return the versions applied."""
+    async with c.transaction():
+        await c.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
+        await c.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version integer PRIMARY KEY, description text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = await c.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+        newest = MIGRATIONS[-1][0]
+        if done > newest:
+            raise StoreError(
+                f"the database is at schema version {done}, newer than this tidings knows ({newest}): "
+                "upgrade tidings"
+            )
+        applied = []
+        for version, what, sql in MIGRATIONS:
+            if version > done:
+                await c.execute(sql)
+                await c.execute(
+                    "INSERT INTO schema_migrations(version, description) VALUES ($1, $2)", version, what
+                )
+                applied.append(version)
+        return applied

@@ -1,0 +1,191 @@
+"""The replay tables and the credit ledger in the PostgreSQL store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
+from ._pg_deliveries import insert_notifications
+from ._records import Stat, StoredEvent
+from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
+
+__all__ = ["PgReplayStore"]
+
+_FIELDS = (
+    "id", "requester", "namespace", "subscription_id", "from_id", "to_id", "open_end", "config", "memo",
+    "state", "detail", "position", "sent", "expected", "price", "charged", "created_at", "updated_at",
+)
+_COLS = ", ".join(_FIELDS)
+
+
+def _record(r: Any) -> ReplayRecord:
+    d = dict(zip(_FIELDS, r, strict=True))
+    d["config"] = msgspec.json.decode(d["config"])
+    return ReplayRecord(**d)
+
+
+class PgReplayStore(PgAccess, ReplayStore):
+    async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
+        r = record
+        marks = ", ".join(f"${i}" for i in range(1, len(_FIELDS)))
+        new_id = await self._tx(lambda c: c.fetchval(
+            f"INSERT INTO replays({_COLS[4:]}) VALUES ({marks}) RETURNING id",
+            r.requester, r.namespace, r.subscription_id, r.from_id, r.to_id, bool(r.open_end),
+            msgspec.json.encode(r.config), r.memo, r.state, r.detail, r.position, r.sent, r.expected, r.price,
+            r.charged, r.created_at, r.updated_at,
+        ))
+        r.id = int(new_id)
+        return r
+
+    async def list_replays(
+        self,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        namespace: str | None = None,
+        states: Sequence[str] | None = None,
+        requester: str | None = None,
+    ) -> list[ReplayRecord]:
+        where, args = ["id > $1"], [after or 0]
+        for col, value in (("namespace", namespace), ("requester", requester)):
+            if value is not None:
+                args.append(value)  # type: ignore[arg-type]
+                where.append(f"{col} = ${len(args)}")
+        if states is not None:
+            args.append(list(states))  # type: ignore[arg-type]
+            where.append(f"state = ANY(${len(args)}::text[])")
+        args.append(2**62 if limit is None or limit < 0 else limit)
+        rows = await self._fetch(
+            f"SELECT {_COLS} FROM replays WHERE {' AND '.join(where)} ORDER BY id LIMIT ${len(args)}", *args
+        )
+        return [_record(r) for r in rows]
+
+    async def get_replays(self, ids: Sequence[int]) -> list[ReplayRecord]:
+        rows = await self._fetch(f"SELECT {_COLS} FROM replays WHERE id = ANY($1::bigint[]) ORDER BY id", list(ids))
+        return [_record(r) for r in rows]
+
+    async def move_replay(
+        self, replay_id: int, state: str, *, detail: str = "", from_states: Iterable[str], now: int
+    ) -> ReplayRecord | None:
+        allowed = list(from_states)
+        row = await self._tx(lambda c: c.fetchrow(
+            f"UPDATE replays SET state = $1, detail = $2, updated_at = $3 WHERE id = $4 AND state = ANY($5::text[]) "
+            f"RETURNING {_COLS}",
+            state, detail, now, replay_id, allowed,
+        ))
+        return None if row is None else _record(row)
+
+    async def record_replay_batch(
+        self,
+        replay_id: int,
+        subscription_id: int,
+        events: Sequence[StoredEvent],
+        position: int,
+        stats: Iterable[Stat] = (),
+        *,
+        now: int,
+    ) -> list[int] | None:
+        rows = stat_rows(stats)
+
+        async def job(c: asyncpg.Connection) -> list[int] | None:
+            row = await c.fetchrow("SELECT state, requester, price FROM replays WHERE id = $1 FOR UPDATE", replay_id)
+            if row is None or row[0] != "running":
+                return None
+            if await c.fetchval("SELECT 1 FROM subscriptions WHERE id = $1 FOR SHARE", subscription_id) is None:
+                return None
+            debit = row[2] * len(events)
+            if debit:
+                took = await c.fetchval(
+                    "UPDATE credits SET balance = balance - $1 WHERE principal = $2 AND balance >= $1 RETURNING true",
+                    debit, row[1],
+                )
+                if not took:
+                    raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
+            ids = await insert_notifications(c, subscription_id, events, now) if events else []
+            if events:
+                await c.executemany(
+                    "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
+                    "headers, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    [(i, replay_id, e.seq, e.namespace, e.id, e.prev_id, e.timestamp, e.source, e.headers, e.data)
+                     for i, e in zip(ids, events, strict=True)],
+                )
+            await c.execute(
+                "UPDATE replays SET position = $1, sent = sent + $2, charged = charged + $3, updated_at = $4 "
+                "WHERE id = $5",
+                position, len(events), debit, now, replay_id,
+            )
+            await apply_stats(c, rows)
+            return ids
+
+        return await self._tx(job)
+
+    async def replay_events(self, notification_ids: Sequence[int]) -> dict[int, StoredEvent]:
+        rows = await self._fetch(
+            "SELECT id, seq, namespace, event_id, prev_id, timestamp, source, data, headers "
+            "FROM replay_notes WHERE id = ANY($1::bigint[])",
+            list(notification_ids),
+        )
+        return {r[0]: event_row(tuple(r)[1:]) for r in rows}
+
+    async def replay_counts(self, replay_ids: Sequence[int]) -> dict[int, ReplayCounts]:
+        async def q(c: asyncpg.Connection) -> dict[int, ReplayCounts]:
+            out = {}
+            for rid in replay_ids:
+                pending = await c.fetchval(
+                    "SELECT COUNT(*) FROM replay_notes r JOIN notifications n ON n.id = r.id WHERE r.replay_id = $1",
+                    rid,
+                )
+                dead = await c.fetchval(
+                    "SELECT COUNT(*) FROM replay_notes r JOIN dead_letters d ON d.id = r.id WHERE r.replay_id = $1",
+                    rid,
+                )
+                out[rid] = ReplayCounts(int(pending), int(dead))
+            return out
+
+        return await self._read(q)
+
+    async def sweep_replay_notes(self, limit: int | None = None) -> int:
+        async def job(c: asyncpg.Connection) -> int:
+            status = await c.execute(
+                "DELETE FROM replay_notes WHERE id IN (SELECT r.id FROM replay_notes r "
+                "WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = r.id) "
+                "AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.id = r.id) LIMIT $1)",
+                2**62 if limit is None or limit < 0 else limit,
+            )
+            return int(status.split()[-1])
+
+        return await self._tx(job)
+
+    async def read_range(self, namespace: str, after_id: int, before_id: int, limit: int) -> list[StoredEvent]:
+        rows = await self._fetch(
+            f"SELECT {EVENT_COLS} FROM events WHERE namespace = $1 AND id > $2 AND id < $3 ORDER BY id LIMIT $4",
+            namespace, after_id, before_id, 2**62 if limit < 0 else limit,
+        )
+        return [event_row(r) for r in rows]
+
+    async def last_event_id(self, namespace: str) -> int:
+        found = await self._fetchval("SELECT last_id FROM namespace_heads WHERE namespace = $1", namespace)
+        return int(found or 0)
+
+    async def fund_credit(self, principal: str, amount: int) -> int:
+        async def job(c: asyncpg.Connection) -> int:
+            before = await c.fetchval("SELECT balance FROM credits WHERE principal = $1 FOR UPDATE", principal) or 0
+            balance = before + amount
+            if balance < 0:
+                raise InsufficientCredit(f"{principal}'s credit is {before}; cannot take {-amount}")
+            await c.execute(
+                "INSERT INTO credits(principal, balance) VALUES ($1, $2) "
+                "ON CONFLICT (principal) DO UPDATE SET balance = excluded.balance",
+                principal, balance,
+            )
+            return int(balance)
+
+        return await self._tx(job)
+
+    async def credit_balance(self, principal: str) -> int:
+        found = await self._fetchval("SELECT balance FROM credits WHERE principal = $1", principal)
+        return int(found or 0)

@@ -1,0 +1,97 @@
+"""The PostgreSQL store (asyncpg): for several broadcaster processes sharing one database.
+
+Each concern lives in its own module (``_pg_principals``, ``_pg_registry``,
+``_pg_events``, ``_pg_deliveries``, ``_pg_stats``, ``_pg_schemas``, ``_pg_replays``);
+this one assembles them and owns the connection pool. At open the store applies the
+schema migrations the database lacks (``_pg_migrations``).
+
+Notifications are opened by the subscriptions' workers after their events commit
+(``route_appends`` is not offered): an append stays one short transaction that any
+number of processes can take turns on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+
+from ..errors import StoreError
+from ._address import redact_address
+from ._base import Store
+from ._pg_deliveries import PgDeliveryStore
+from ._pg_events import PgEventStore, _Append
+from ._pg_migrations import migrate
+from ._pg_principals import PgPrincipalStore
+from ._pg_registry import PgRegistryStore
+from ._pg_replays import PgReplayStore
+from ._pg_schemas import PgSchemaStore
+from ._pg_stats import PgStatisticsStore
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore(
+    PgPrincipalStore,
+    PgRegistryStore,
+    PgEventStore,
+    PgDeliveryStore,
+    PgStatisticsStore,
+    PgSchemaStore,
+    PgReplayStore,
+    Store,
+):
+    """A PostgreSQL database at ``dsn`` (``postgresql://user@host:port/database``).
+
+    ``server_settings`` are passed to every connection (``{"search_path": "tidings"}``
+    keeps the tables in a schema of their own, which must exist)."""
+
+    def __init__(
+        self, dsn: str, *, min_size: int = 2, max_size: int = 10, max_batch: int = 512,
+        server_settings: dict[str, str] | None = None,
+    ) -> None:
+        self._dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._max_batch = max_batch
+        self._server_settings = server_settings
+        self._pool: asyncpg.Pool | None = None
+        self._appends: asyncio.Queue[_Append] | None = None
+        self._appender_task: asyncio.Task[None] | None = None
+        self.migrated: list[int] = []
+        """The schema versions the last ``open`` applied."""
+
+    @property
+    def dsn(self) -> str:
+        return self._dsn
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        kwargs: dict[str, Any] = {"min_size": self._min_size, "max_size": self._max_size}
+        if self._server_settings:
+            kwargs["server_settings"] = self._server_settings
+        try:
+            pool = await asyncpg.create_pool(self._dsn, **kwargs)
+        except (OSError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
+            raise StoreError(f"cannot open PostgreSQL at {redact_address(self._dsn)}: {e}") from e
+        try:
+            async with pool.acquire() as c:
+                self.migrated = await migrate(c)
+        except BaseException as e:
+            await pool.close()
+            if isinstance(e, asyncpg.PostgresError):
+                raise StoreError(f"cannot migrate PostgreSQL at {redact_address(self._dsn)}: {e}") from e
+            raise
+        self._pool = pool
+        self._appends = asyncio.Queue()
+        self._appender_task = asyncio.create_task(self._appender(), name="tidings-pg-appender")
+
+    async def close(self) -> None:
+        task, self._appender_task = self._appender_task, None
+        await self._stop_appender(task)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
