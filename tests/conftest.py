@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 import uvicorn
 
-from .pg_support import pg_database
+from .pg_support import pg_database, schema_address
 
 __all__ = ["pg_database"]
 
@@ -102,18 +102,21 @@ class ServerProcess:
     def cli(self, *args: str) -> str:
         out = subprocess.run(
             [sys.executable, "-m", "tidings", *args, "--data-dir", str(self.data_dir)],
-            capture_output=True, check=True, text=True, timeout=30,
+            capture_output=True, check=True, text=True, timeout=30, env={**os.environ, **self.env},
         )
         return out.stdout.strip()
 
 
 @pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+def server_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerProcess]]:
     started: list[ServerProcess] = []
+    on_postgresql = os.environ.get("TIDINGS_TEST_STORE") == "postgresql"
 
     def make(**env: str) -> ServerProcess:
         d = tmp_path / f"server{len(started)}"
         d.mkdir()
+        if on_postgresql and "store" not in env:
+            env["store"] = schema_address(request.getfixturevalue("pg_database"))
         s = ServerProcess(d, env={f"TIDINGS_{k.upper()}": v for k, v in env.items()})
         s.start()
         started.append(s)

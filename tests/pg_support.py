@@ -1,5 +1,8 @@
 """A throwaway PostgreSQL database for the test session, and a fresh schema per test.
 
+``TIDINGS_TEST_STORE=postgresql`` runs every test's ``tidings serve`` on PostgreSQL
+(each server in a schema of its own) instead of SQLite.
+
 The server is the one on 127.0.0.1:5432 (user postgres, trust authentication; ``.ci/run``
 starts it if absent). ``TIDINGS_TEST_PG`` names another server's address (without a
 database). The database is created at the first test that asks for it and dropped at
@@ -63,3 +66,15 @@ async def fresh_schema(database: str) -> AsyncIterator[str]:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     finally:
         await conn.close()
+
+
+def schema_address(database: str) -> str:
+    """A new schema in ``database``, as an address a server takes (``TIDINGS_STORE``):
+    asyncpg passes the ``search_path`` query parameter on as a server setting. Dropped
+    with the session's database."""
+    schema = f"s{os.getpid()}_{next(_counter)}"
+    subprocess.run(
+        ["psql", database, "-v", "ON_ERROR_STOP=1", "-qc", f"CREATE SCHEMA {schema}"],
+        check=True, capture_output=True, timeout=30,
+    )
+    return f"{database}?search_path={schema}"
