@@ -26,7 +26,8 @@ NS = "com.example.orders"
 async def test_publish_deliver_confirm_and_survive_a_kill(
     server_factory: Callable[..., ServerProcess], pg_database: str, endpoints: Any
 ) -> None:
-    server = server_factory(store=schema_address(pg_database), retry_initial_s="0.05", retry_max_s="0.2")
+    # One process: what a kill does to front processes is tests/test_fronts.py's concern.
+    server = server_factory(store=schema_address(pg_database), retry_initial_s="0.05", retry_max_s="0.2", workers="1")
     got: list[EventNotification] = []
 
     async def handle(n: EventNotification) -> None:
