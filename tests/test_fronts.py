@@ -139,3 +139,31 @@ async def test_the_other_paths_pass_through(server_factory: Callable[..., Server
                 assert r.status == 405 and r.headers["Allow"] == "POST"
             async with http.head(f"{server.url}/healthz") as r:
                 assert r.status in (200, 405)
+
+
+async def test_the_private_routes_are_not_reachable_from_outside(pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """A client cannot hand the broker "prepared" rows itself (unchecked data, forged
+    reserved headers): /_internal/... answers as on a server of one process, with or
+    without a guessed front header, and nothing is stored."""
+    import msgspec
+
+    from tidings.core.ingest import Prepared, PublishBatch
+
+    forged = msgspec.msgpack.encode(PublishBatch(1, 1, [Prepared(0, NS, b"not json", b"[]")], []))
+    answers = []
+    for server in pair:
+        await call(server, "icrc72_register_publication", json.dumps([{"namespace": NS, "config": []}]))
+        got = []
+        for _ in range(6):
+            for path in ("/_internal/publish", "/_internal/auth"):
+                async with aiohttp.ClientSession() as http, http.post(
+                    server.url + path, data=forged,
+                    headers={"authorization": f"Bearer {server.admin_token}", "x-tidings-front": "guess"},
+                ) as r:
+                    got.append((r.status, await r.read()))
+        answers.append(got)
+        pubs = (await call(server, "icrc72_get_publications", "{}"))[1]
+        stats = dict(next(p for p in pubs if p["namespace"] == NS)["stats"])
+        assert stats["icrc72:publication:stats:events"] == {"Nat": 0}
+    assert answers[0] == answers[1]
+    assert {status for status, _ in answers[1]} == {404}

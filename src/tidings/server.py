@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import socket
 import sys
 import tempfile
@@ -136,13 +137,14 @@ async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str,
     uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     uds.bind(str(path))  # 0600 by the umask: only this user's processes may connect
     uds.listen(1024)
-    internal = uvicorn.Server(_config(internal_app(broker, app), settings))
+    secret = secrets.token_urlsafe(32)
+    internal = uvicorn.Server(_config(internal_app(broker, app, secret), settings))
     # _serve, not serve: the public server already handles SIGINT and SIGTERM; a second
     # handler would take them from it.
     task = asyncio.create_task(internal._serve(sockets=[uds]))
     while not internal.started and not task.done():
         await asyncio.sleep(0.01)
-    pool = FrontPool(FrontConfig(str(path), settings.max_body_bytes, settings.max_batch_items,
+    pool = FrontPool(FrontConfig(str(path), secret, settings.max_body_bytes, settings.max_batch_items,
                                  settings.stream_max_frame_bytes), host, port, count)
     await pool.start()
     return _Fronts(pool, internal, task)

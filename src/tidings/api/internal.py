@@ -1,7 +1,10 @@
 """The broker's private face for its front processes (docs/scaling.md).
 
 Served only on a Unix socket in the private data folder, never on the network. It is
-the public app, plus two routes a front uses for ``icrc72_publish``:
+the public app, plus two routes a front uses for ``icrc72_publish``, taken only with the
+header ``x-tidings-front`` carrying the secret the broker gave its fronts at start (a
+front passes every other request through, and strips that header from what clients
+send, so a client reaching ``/_internal/...`` gets the public app's 404):
 
 - ``POST /_internal/publish``: events the front has already checked and stamped
   (``core.ingest``), as one msgpack ``PublishBatch``, with the caller's own
@@ -12,24 +15,30 @@ the public app, plus two routes a front uses for ``icrc72_publish``:
 
 from __future__ import annotations
 
+import hmac
+
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import Broker
 from ..core.ingest import PublishBatch
 from ..errors import ApiError
 from .app import error_response, publish_reply
 
-__all__ = ["internal_app"]
+__all__ = ["FRONT_HEADER", "internal_app"]
 
 
 _decode_batch = msgspec.msgpack.Decoder(PublishBatch).decode
 
 
-def internal_app(broker: Broker, public: Starlette) -> Starlette:
+FRONT_HEADER = "x-tidings-front"
+
+
+def internal_app(broker: Broker, public: Starlette, secret: str) -> ASGIApp:
     async def publish(request: Request) -> Response:
         try:
             caller = await broker.auth.principal(request.headers.get("authorization"))
@@ -48,8 +57,19 @@ def internal_app(broker: Broker, public: Starlette) -> Starlette:
             return error_response(e.status, e.code, e.message)
         return Response(status_code=200)
 
-    return Starlette(routes=[
+    private = Starlette(routes=[
         Route("/_internal/publish", publish, methods=["POST"]),
         Route("/_internal/auth", auth, methods=["POST"]),
-        Mount("", app=public),
     ])
+    expected = secret.encode()
+    header = FRONT_HEADER.encode()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/_internal/"):
+            given = next((v for k, v in scope["headers"] if k == header), b"")
+            if hmac.compare_digest(given, expected):
+                await private(scope, receive, send)
+                return
+        await public(scope, receive, send)
+
+    return app

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -35,7 +35,9 @@ __all__ = ["FrontConfig", "front_app"]
 _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "host",
+    "x-tidings-front",  # a client's copy of the fronts' own header never passes
 })  # fmt: skip
+_FRONT_HEADER = "x-tidings-front"
 _METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"]
 _PASSABLE = frozenset({1000, 1001, 1007, 1008, 1009, 1011})  # close codes a client may send on
 _decode_events = msgspec.json.Decoder(list[Event]).decode
@@ -46,6 +48,8 @@ _encode_batch = msgspec.msgpack.Encoder().encode
 class FrontConfig:
     uds: str
     """The broker's private socket."""
+    secret: str = field(repr=False)
+    """What the broker's private routes ask for (``api/internal.py``); never logged."""
     max_body_bytes: int
     max_batch_items: int
     max_frame_bytes: int
@@ -80,7 +84,8 @@ def front_app(config: FrontConfig) -> Starlette:
         except PayloadTooLarge as e:
             # The broker says whether the caller is known first (a stranger hears 401).
             async with upstream().post(
-                "http://broker/_internal/auth", headers={"authorization": request.headers.get("authorization", "")}
+                "http://broker/_internal/auth",
+                headers={"authorization": request.headers.get("authorization", ""), _FRONT_HEADER: config.secret},
             ) as resp:
                 if resp.status != 200:
                     return await relay(resp)
@@ -97,7 +102,7 @@ def front_app(config: FrontConfig) -> Starlette:
             async with upstream().post(
                 "http://broker/_internal/publish", data=_encode_batch(batch),
                 headers={"authorization": request.headers.get("authorization", ""),
-                         "content-type": "application/msgpack"},
+                         "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
             ) as resp:
                 return await relay(resp)
         except aiohttp.ClientError:

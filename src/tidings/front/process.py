@@ -115,7 +115,7 @@ def main() -> int:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != conf["parent"]:
         return 0  # the broker died before the line above
-    config = FrontConfig(uds=conf["uds"], max_body_bytes=conf["max_body_bytes"],
+    config = FrontConfig(uds=conf["uds"], secret=conf["secret"], max_body_bytes=conf["max_body_bytes"],
                          max_batch_items=conf["max_batch_items"], max_frame_bytes=conf["max_frame_bytes"])
     sock = listening_socket(conf["host"], conf["port"])
     server = uvicorn.Server(uvicorn.Config(
