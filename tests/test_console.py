@@ -88,6 +88,7 @@ async def open_console(browser: Browser, server: ServerProcess, token: str, *, w
     violations: list[str] = []
     page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
     page.violations = violations  # type: ignore[attr-defined]
+    page.on("dialog", lambda d: asyncio.ensure_future(d.accept()))  # "Delete …?": yes
     await page.goto(f"{server.url}/console")
     await page.fill("#token", token)
     await page.press("#token", "Enter")
@@ -350,7 +351,6 @@ async def test_principals_and_tokens_for_admins_and_broadcasters(
 ) -> None:
     server = console_server
     page = await open_console(browser, server, server.admin_token)
-    page.on("dialog", lambda d: asyncio.ensure_future(d.accept()))
     await page.click("#nav >> text=Principals")
     await page.fill("input[name=name]", "carol")
     await page.get_by_role("button", name="Create", exact=True).click()
@@ -445,3 +445,43 @@ async def test_ten_thousand_subscriptions_are_paged_and_searched_on_the_server(
     await page.press("input[name=q]", "Enter")
     await expect(page.locator("text=1000 matches")).to_be_visible()
     await expect(rows.first).to_contain_text("com.example.bulk7")
+
+
+async def test_publication_config_and_deleting_publications_and_subscriptions(
+    browser: Browser, console_server: ServerProcess, endpoints: Any
+) -> None:
+    server = console_server
+    ep = await endpoints(Hook())
+    page = await open_console(browser, server, server.admin_token)
+    await page.click("#nav >> text=Publications")
+    form = page.locator("#create-publication")
+    answer = page.locator("#create-publication + div")
+    await form.locator("input[name=namespace]").fill(NS)
+    await form.locator("textarea[name=config]").fill("not json")
+    await form.locator("button[type=submit]").click()
+    await expect(answer.locator("[role=alert]")).to_contain_text("not a JSON object")
+    allowed = "icrc72:publication:subscribers:allowed:list"
+    await form.locator("textarea[name=config]").fill(json.dumps({allowed: ["alice", "admin"]}))
+    await form.locator("button[type=submit]").click()
+    await expect(answer.locator(".ok")).to_contain_text(f"{NS}: ok")
+    row = page.locator(f'#publications tr[data-namespace="{NS}"]')
+    await expect(row.locator("pre")).to_contain_text(f'"{allowed}": [\n    "alice",\n    "admin"')
+    # The API's own check of a config, item by item.
+    await form.locator("input[name=namespace]").fill("com.example.bad")
+    await form.locator("textarea[name=config]").fill(json.dumps({allowed: 7}))
+    await form.locator("button[type=submit]").click()
+    await expect(answer.locator(".error")).to_contain_text("com.example.bad: ImproperConfig")
+
+    (s,) = await api(server, "icrc72_register_subscription", [{"namespace": NS, "endpoint": ep.url}])
+    await page.click("#nav >> text=Subscriptions")
+    detail = page.locator("#subscription-detail")
+    await expect(detail.locator("h2").first).to_contain_text(f"Subscription {s['Ok']}")
+    await detail.get_by_role("button", name="Delete", exact=True).click()  # confirmed in the dialog
+    await expect(page.locator("#subscriptions tbody tr")).to_have_count(0)
+    assert await api(server, "icrc72_get_subscriptions", {}) == []
+
+    await page.click("#nav >> text=Publications")
+    await row.get_by_role("button", name="Delete", exact=True).click()
+    await expect(page.locator("#publications .results .ok")).to_have_count(0)
+    await expect(row).to_have_count(0)
+    assert await api(server, "icrc72_get_publications", {}) == []

@@ -61,6 +61,7 @@ export function deadLettersView(root, ctx) {
   async function act(method) {
     const ids = chosen();
     if (!ids.length) { showError(out, { message: "select dead letters first" }); return; }
+    if (method.includes("drop") && !window.confirm("Drop " + ids.length + " dead letter(s) for good?")) return;
     try { itemResults(out, ids.map((i) => "notification " + i), await call(method, ids)); load(prev); } catch (e) { showError(out, e); }
   }
   async function load(after) {

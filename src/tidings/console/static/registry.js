@@ -90,6 +90,7 @@ export function subscriptionsView(root, ctx) {
     const out = h("div", { class: "action-results" });
     // The panel is drawn again from the refreshed row: the answer goes into the new panel.
     const act = (method, label) => h("button", { type: "button", class: method.includes("delete") ? "danger" : "secondary", onclick: async () => {
+      if (method.includes("delete") && !window.confirm("Delete subscription " + s.id + "?")) return;
       let results;
       try { results = await call(method, [s.id]); } catch (e) { showError(out, e); return; }
       await load(cursor);
@@ -178,6 +179,7 @@ export function publicationsView(root, ctx) {
         h("td", { class: "hide-narrow" }, h("pre", {}, json(p.config))),
         h("td", {}, h("a", { href: "#/tail/" + encodeURIComponent(p.namespace) }, "Tail"), " ",
           p.controlled ? h("button", { type: "button", class: "danger", onclick: async () => {
+            if (!window.confirm("Delete publication " + p.namespace + "? Its subscriptions end.")) return;
             try { itemResults(out, [p.namespace], await call("icrc72_delete_publication", [p.namespace])); load(cursor); } catch (e) { showError(out, e); }
           } }, "Delete") : null)));
     }
@@ -189,7 +191,7 @@ export function publicationsView(root, ctx) {
 
   function createForm() {
     const ns = h("input", { name: "namespace", required: true });
-    const config = h("textarea", { name: "config", placeholder: '{"icrc72:publication:publishers:allowed": ["alice"]} (plain JSON, optional)' });
+    const config = h("textarea", { name: "config", placeholder: '{"icrc72:publication:subscribers:allowed:list": ["alice"]} (plain JSON, optional)' });
     const res = h("div");
     return h("section", { class: "card" }, h("h2", {}, "Register a publication"),
       h("form", { id: "create-publication", onsubmit: async (ev) => {
