@@ -447,3 +447,32 @@ async def test_schemas_equal_but_for_number_spelling_share_one_id(api: Api) -> N
                                                                            f'"double", "default": {number}}}]}}')):
             result = await api.register(model, format=fmt)
             assert code(result) == "MalformedSchema", (fmt, number[:10], result)
+
+
+async def test_a_publication_whose_schema_was_retracted_can_still_be_updated(api: Api) -> None:
+    """Only an update that sets the schema is a binding: other changes to a publication
+    whose schema was retracted go through, and rebinding to a usable schema heals it."""
+    old, new = [(await api.register({**ORDER, "title": t}))["Ok"]["id"] for t in ("old", "new")]
+    await api("icrc72_register_publication", [
+        {"namespace": "heal.me", "config": [["tidings:publication:schema", {"Nat": old}]]}])
+    await api("update_schema_state", [{"id": old, "state": "Retracted"}])
+
+    async def update(*pairs: Any) -> Any:
+        (r,) = await api("icrc72_update_publication", [{"namespace": "heal.me", "config": [list(p) for p in pairs]}])
+        return r
+
+    assert await update(("x:note", {"Text": "still mine"})) == {"Ok": True}
+    refused = await update(("tidings:publication:schema", {"Nat": old}))  # binding it again is refused
+    assert "Retracted" in refused["Err"]["ImproperConfig"]
+    assert await update(("tidings:publication:schema", {"Nat": new})) == {"Ok": True}
+    (info,) = [i for i in await api("icrc72_get_publications", {}) if i["namespace"] == "heal.me"]
+    stats = dict((k, v) for k, v in info["stats"] if k.startswith("tidings:publication:schema:"))
+    assert stats == {"tidings:publication:schema:accepting": {"Nat": 1}}
+    assert ["x:note", {"Text": "still mine"}] in info["config"]
+    (res,) = await api("icrc72_publish", [{"namespace": "heal.me", "data": {"Map": [["amount", {"Nat": 1}]]}}])
+    assert "Ok" in res, res
+    # Unbinding (null) is no binding either: events go unchecked.
+    await api("update_schema_state", [{"id": new, "state": "Retracted"}])
+    assert await update(("tidings:publication:schema", None)) == {"Ok": True}
+    (res,) = await api("icrc72_publish", [{"namespace": "heal.me", "data": {"Text": "anything"}}])
+    assert "Ok" in res, res

@@ -290,7 +290,10 @@ class Orchestrator(RegistryQueries):
                 out.append(err("ImproperConfig", problem))
                 continue
             config = cfg.merge(pub.config, u.config)
-            problem = self._config_problem(config) or await self._authorization_url_problem(config)
+            # Only an update that (re)binds a schema is a binding; one that leaves the
+            # binding alone keeps it, usable or not (docs/schemas.md).
+            binds = any(k == cfg.SCHEMA and v is not None for k, v in u.config)
+            problem = self._config_problem(config, binds) or await self._authorization_url_problem(config)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
@@ -312,13 +315,14 @@ class Orchestrator(RegistryQueries):
             return None
         return await self._url_problem(endpoint, "endpoint")
 
-    def _config_problem(self, config: list[Any]) -> str | None:
+    def _config_problem(self, config: list[Any], binds: bool = True) -> str | None:
+        """Why ``config`` is refused; the bound schema is judged when ``binds``."""
         try:
             conf = cfg.PublicationConfig.read(config)
             read_pricing(config)  # icrc77:pricing (docs/replay.md)
         except cfg.ImproperConfig as e:
             return str(e)
-        if conf.schema is not None and self.schema_problem is not None:
+        if binds and conf.schema is not None and self.schema_problem is not None:
             problem = self.schema_problem(conf.schema)
             if problem:
                 return f"{cfg.SCHEMA}: {problem}"
