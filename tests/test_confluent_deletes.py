@@ -121,9 +121,11 @@ async def test_permanent_delete_frees_nothing_still_in_use(srv: ServerProcess, r
     await register(raw, "cfg-value", record("Cfg", "a"))
     await raw.ok("DELETE", "/subjects/cfg-value")
     assert await raw.ok("GET", "/mode/cfg-value") == {"mode": "READWRITE"}  # kept by a soft delete
+    assert await raw.ok("GET", "/config/cfg-value") == {"compatibilityLevel": "NONE"}
     await raw.ok("DELETE", "/subjects/cfg-value?permanent=true")
     assert await raw.code("GET", "/mode/cfg-value") == (404, 40409)
-    assert await raw.ok("GET", "/config/cfg-value") == {"compatibilityLevel": "BACKWARD"}
+    assert await raw.code("GET", "/config/cfg-value") == (404, 40408)
+    assert await raw.ok("GET", "/config/cfg-value?defaultToGlobal=true") == {"compatibilityLevel": "BACKWARD"}
 
 
 async def test_a_schema_a_publication_binds_is_not_deleted_without_force(

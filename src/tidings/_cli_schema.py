@@ -2,7 +2,7 @@
 
 ::
 
-    tidings schema register FILE|- [--format JSON|AVRO] [--name N] [--replaces ID]
+    tidings schema register FILE|- [--format JSON|AVRO|PROTOBUF] [--name N] [--replaces ID]
     tidings schema get ID | list [--name N] [--state S] | versions NAME | history [ID]
     tidings schema deprecate ID... [--until TIME] | retract ID... | activate ID... | delete ID...
     tidings schema retention ID [SECONDS|forever]
@@ -32,7 +32,7 @@ def add_schema_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     ssub = sc.add_subparsers(dest="action", required=True)
     reg = ssub.add_parser("register", help="register a schema from a file ('-': stdin)", parents=[common])
     reg.add_argument("file")
-    reg.add_argument("--format", default="JSON", help="JSON (JSON Schema, the default) or AVRO")
+    reg.add_argument("--format", default="JSON", help="JSON (JSON Schema, the default), AVRO or PROTOBUF")
     reg.add_argument("--name", help="register as the next version of this name (protocol.descriptor)")
     reg.add_argument("--replaces", type=int, help="the id of the schema this one replaces")
     ssub.add_parser("get", help="show a schema", parents=[common]).add_argument("id", type=int)

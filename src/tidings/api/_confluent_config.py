@@ -57,7 +57,11 @@ class ConfigEndpoints:
             raise error_from(res.Err, subject, "")
 
     async def get_config(self, c: Call) -> ConfigOut:
-        return ConfigOut(self.reg.compatibility(c.args[0]))
+        own = self.reg.own_compatibility(c.args[0])
+        if own is None and not flag(c.query, "defaultToGlobal"):
+            raise ConfluentError(404, 40408, f"Subject '{c.args[0]}' does not have subject-level compatibility "
+                                             "configured")
+        return ConfigOut(own or self.reg.compatibility(None))
 
     async def put_config(self, c: Call) -> LevelOut:
         value = level(decode(await c.body(), _CONFIG_BODY, 42203))

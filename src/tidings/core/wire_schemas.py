@@ -42,7 +42,7 @@ StateName = Literal["Active", "Deprecated", "Retracted"]
 
 
 class SchemaRegistration(Struct, kw_only=True):
-    """A schema to register. ``format`` is ``JSON`` (JSON Schema) or ``AVRO``."""
+    """A schema to register. ``format`` is ``JSON`` (JSON Schema), ``AVRO`` or ``PROTOBUF``."""
 
     model: str
     format: str = "JSON"

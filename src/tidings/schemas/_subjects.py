@@ -112,6 +112,10 @@ class SubjectOps:
     def own_mode(self, name: str) -> str | None:
         return self._modes.get(name)
 
+    def own_compatibility(self, name: str) -> str | None:
+        """The compatibility level set on ``name`` itself, if any."""
+        return self._compat.get(name)
+
     def mode_refusal(
         self, name: str | None, mode: str, key: str, forced_id: int | None, forced_version: int | None
     ) -> str | None:
