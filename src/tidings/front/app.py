@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
+import yarl
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
@@ -110,7 +111,10 @@ def front_app(config: FrontConfig) -> Starlette:
             return _error(503, "unavailable", "the broker is not reachable; retry shortly")
 
     async def proxy(request: Request) -> Response:
-        url = "http://broker" + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        # The raw path, still percent-encoded: a Confluent subject may hold "/" sent as %2F.
+        raw = request.scope.get("raw_path")
+        path = raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
+        url = yarl.URL("http://broker" + path + (f"?{request.url.query}" if request.url.query else ""), encoded=True)
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
         try:
             resp = await upstream().request(
