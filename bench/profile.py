@@ -6,6 +6,7 @@
     .venv/bin/python -m bench.profile stream-publish     # WebSocket, 1 event/message, 2 x 1000 in flight
     .venv/bin/python -m bench.profile stream-fanout      # 100 stream: subscriptions on 4 connections
     .venv/bin/python -m bench.profile publish --workers 1  # the broker alone, no front process
+    .venv/bin/python -m bench.profile replay             # hot-log replay of 200,000 events to one endpoint
     .venv/bin/python -m bench.profile split --rate 1000  # a live event's latency, stage by stage
 
 ``publish`` and ``fanout`` print the server's CPU per event or notification (psutil), the
@@ -20,11 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench._harness import Server
@@ -104,12 +108,36 @@ async def _run(what: str, srv: Server, seconds: float) -> tuple[int, str, float]
     return int(r["delivered"]), "notification", float(r["notifications_per_s"])
 
 
+async def _replay(srv: Server, events: int) -> tuple[int, str, float]:
+    from aiohttp import web
+
+    from bench import replay as rp
+
+    ep = rp.Endpoint()
+    app = web.Application(client_max_size=64 * 2**20)
+    app.router.add_post("/", ep.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", ep.port).start()
+    try:
+        r = await rp.replay_once(srv, ep, events, 0.02, "hot log")
+    finally:
+        await runner.cleanup()
+    return int(r["events"]), "event", float(r["events_per_s"])
+
+
+REPLAY_EVENTS = 200_000
+
+
 def profile(what: str, seconds: float, gil: bool, top: int, workers: int) -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
     env = {"TIDINGS_WORKERS": str(workers)}
-    with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d), env) as srv:
+    if what == "replay":
+        seconds = 60  # py-spy is stopped when the replay is done
+        env["TIDINGS_REPLAY_MAX_RANGE"] = str(REPLAY_EVENTS)
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, _store(what, Path(d)), Server(Path(d), env) as srv:
         assert srv.proc is not None
         raw = Path(d) / "profile.txt"
         time.sleep(1.0)  # the fronts are up
@@ -119,13 +147,28 @@ def profile(what: str, seconds: float, gil: bool, top: int, workers: int) -> Non
         rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # attached before the load starts
         cpu0, t0 = _cpu(srv.proc.pid), time.monotonic()
-        count, unit, rate = asyncio.run(_run(what, srv, seconds))
+        if what == "replay":
+            count, unit, rate = asyncio.run(_replay(srv, REPLAY_EVENTS))
+        else:
+            count, unit, rate = asyncio.run(_run(what, srv, seconds))
         cpu, elapsed = _cpu(srv.proc.pid) - cpu0, time.monotonic() - t0
+        if what == "replay":
+            rec.send_signal(signal.SIGINT)  # py-spy writes what it has
         rec.wait(timeout=seconds + 30)
         print(f"{what}: {count:,} {unit}s, {rate:,.0f}/s; server CPU {100 * cpu / elapsed:.0f} % "
               f"over the {elapsed:.1f} s (setup included), {1e6 * cpu / count:.1f} µs per {unit}")
         if raw.exists():
             _report(raw, top)
+
+
+@contextlib.contextmanager
+def _store(what: str, data: Path) -> Iterator[None]:
+    """The replay's events, written before the server starts (bench/archive.py)."""
+    if what == "replay":
+        from bench.archive import generate
+
+        generate(data, REPLAY_EVENTS, 1)
+    yield
 
 
 async def split(srv: Server, rate: float, seconds: float) -> None:
@@ -155,7 +198,7 @@ async def split(srv: Server, rate: float, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["publish", "fanout", "stream-publish", "stream-fanout", "split"])
+    ap.add_argument("what", choices=["publish", "fanout", "stream-publish", "stream-fanout", "replay", "split"])
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     ap.add_argument("--top", type=int, default=30)

@@ -49,7 +49,7 @@ class ReplaySource:
         by ``filter_text``, or gone). Archive reads apply ``filter_text`` in Spark."""
         hwm = await asyncio.to_thread(self.hwm, namespace)
         if after_id < hwm:
-            hi = min(before_id, hwm + 1, after_id + 1 + 5 * self._settings.replay_read_size)
+            hi = min(before_id, hwm + 1, after_id + 1 + 10 * self._settings.replay_read_size)
             events = await asyncio.to_thread(self._read_archive, namespace, after_id + 1, hi, filter_text)
             return events, hi - 1
         limit = self._settings.replay_read_size
