@@ -341,8 +341,11 @@ async def test_pricing_needs_credit_and_debits_what_is_sent(server: ServerProces
     refused = await register(server, 1, 11, token=bob)
     assert err(refused) == "PaymentRequired"
     assert "costs up to 20 credits" in refused["Err"]["PaymentRequired"]
-    (denied,) = await api(server, "tidings_fund_replay_credit", [{"principal": "bob", "amount": 5}], bob)
-    assert err(denied) == "Unauthorized"
+    async with aiohttp.ClientSession() as http, http.post(
+        f"{server.url}/v1/tidings_fund_replay_credit", data=json.dumps([{"principal": "bob", "amount": 5}]),
+        headers={"authorization": f"Bearer {bob}"},
+    ) as resp:
+        assert (resp.status, (await resp.json())["error"]["code"]) == (403, "forbidden")  # admin-only
     assert await api(server, "tidings_fund_replay_credit", [{"principal": "bob", "amount": 15}]) == [{"Ok": 15}]
     assert err(await register(server, 1, 11, token=bob)) == "PaymentRequired"
     assert await api(server, "tidings_fund_replay_credit", [{"principal": "bob", "amount": 10}]) == [{"Ok": 25}]

@@ -151,6 +151,29 @@ async def test_scoped_listings_show_another_principal_nothing_of_alices(world: W
     assert alices.get("endpoint") is None  # listed, without where it pushes to
 
 
+def admin_only() -> list[str]:
+    """The methods docs/rights.md gives to admins alone."""
+    names: list[str] = []
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if line.startswith("| `") and cells[2] == "admin":
+            assert cells[3] == "`403`", f"an admin-only method is refused with 403 as a whole: {line}"
+            names.extend(re.findall(r"`([a-z0-9_]+)`", cells[1]))
+    return names
+
+
+async def test_admin_only_methods_refuse_others_in_one_shape(world: World) -> None:
+    """Every admin-only method refuses anyone else the same way: 403 ``forbidden`` for the
+    whole call, whatever its items (an empty batch too), never an itemised answer."""
+    methods = admin_only()
+    assert {"update_schema_state", "tidings_update_schema_limits", "tidings_fund_replay_credit"} <= set(methods)
+    args = mallory_on_alices(world)
+    for method in methods:
+        for arg in {id(a): a for a in (args[method], [] if isinstance(args[method], list) else args[method])}.values():
+            status, body = await world.call("mallory", method, arg)
+            assert status == 403 and body["error"]["code"] == "forbidden", (method, arg, status, body)
+
+
 async def test_the_admin_may_do_what_admins_may(world: World) -> None:
     admin_only = ["tidings_create_principal", "update_schema_retention", "tidings_set_schema_compatibility",
                   "tidings_fund_replay_credit"]

@@ -42,7 +42,7 @@ from ..core.wire_replay import (
     replay_ok,
     state_of,
 )
-from ..errors import Unavailable
+from ..errors import Forbidden, Unavailable
 from ..settings import Settings
 from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
 from .delivery import Delivery
@@ -404,11 +404,10 @@ class Replays:
     # -- credit -------------------------------------------------------------------------
 
     async def fund(self, caller: PrincipalRecord, items: Sequence[CreditFunding]) -> list[ReplayResult]:
+        if not caller.admin:  # admin-only: the whole call is refused, as every admin-only method (docs/rights.md)
+            raise Forbidden("only an admin funds replay credit")
         out = []
         for item in items:
-            if not caller.admin:
-                out.append(replay_err("Unauthorized", "only an admin funds replay credit"))
-                continue
             try:
                 out.append(replay_ok(await self._store.fund_credit(item.principal, item.amount)))
             except InsufficientCredit as e:
