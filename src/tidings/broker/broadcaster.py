@@ -56,6 +56,7 @@ class Broadcaster:
         max_batch_items: int,
         max_pending_events: int,
         on_appended: Callable[[list[StoredEvent]], None],
+        schemas: SchemaCheck | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._store = store
@@ -66,7 +67,7 @@ class Broadcaster:
         self._on_appended = on_appended
         self._clock = clock
         self._pending = 0
-        self.schemas: SchemaCheck | None = None
+        self.schemas = schemas
 
     def _bindings(self, namespaces: set[str], now: int) -> dict[str, Any]:
         """The schema binding of each namespace in the batch that has one."""

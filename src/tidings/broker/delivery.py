@@ -53,7 +53,7 @@ from ..store import (
 from . import confirmation
 from .accounting import event_stats
 from .metrics import Metrics
-from .orchestrator import Orchestrator
+from .registry import Registry
 from .routing import RoutedTo, Router
 from .tail import Tail
 from .worker import Gone, Note, Worker
@@ -102,7 +102,7 @@ class Delivery:
         store: Store,
         tail: Tail,
         settings: Settings,
-        registry: Orchestrator,
+        registry: Registry,
         *,
         on_gone: Callable[[int, str], Awaitable[None]] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -111,6 +111,7 @@ class Delivery:
         rand: Callable[[], float] = random.random,
         metrics: Metrics | None = None,
         outbound: Outbound,
+        signer: Callable[[int, str, bytes], dict[str, str]] | None = None,
     ) -> None:
         self.store = store
         self.tail = tail
@@ -126,7 +127,7 @@ class Delivery:
         self.metrics = metrics or Metrics()
         self.outbound = outbound
         """Every push to an http(s) endpoint goes through it (docs/security.md)."""
-        self.signer: Callable[[int, str, bytes], dict[str, str]] | None = None
+        self.signer = signer
         """Signs a push: (subscription id, message id, body) -> headers to add."""
         self.transports: dict[str, Transport] = {}
         """Pushes to endpoints of another scheme than http(s), by scheme (``xmpp``)."""

@@ -13,7 +13,7 @@ anything.
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ from msgspec import UNSET
 
 from ..core import config as cfg
 from ..core import ens, values, webhooks, wire_stream
-from ..core.namespaces import is_catch_all, is_pattern, matcher, namespace_error, pattern_error
+from ..core.namespaces import is_catch_all, is_pattern, namespace_error, pattern_error
 from ..core.replay import read_pricing
 from ..core.wire import (
     GenericError,
@@ -33,9 +33,9 @@ from ..core.wire import (
     err,
     ok,
 )
-from ..errors import NotFound
 from ..outbound import url_syntax_problem
 from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
+from .registry import Registry, read_sub_config
 from .registry_queries import RegistryQueries
 
 __all__ = ["Orchestrator", "RegistryListener"]
@@ -91,12 +91,20 @@ def _limit(what: str, n: int, setting: str) -> ItemResult:
 
 
 class Orchestrator(RegistryQueries):
+    """Changes the registry: writes each change to the store, then to ``registry``, then
+    tells ``listener`` (delivery). Reading the registry through it is kept for the faces."""
+
     def __init__(
-        self, store: Store, *, broadcaster_id: str,
+        self, store: Store, registry: Registry, *, broadcaster_id: str,
         url_problem: Callable[[str, str], Awaitable[str | None]] | None = None,
+        listener: RegistryListener | None = None,
+        authorizer: Authorizer | None = None,
+        schema_problem: Callable[[int | str], str | None] | None = None,
+        on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None,
         max_publications: int = 1_000, max_subscriptions: int = 10_000,
     ) -> None:
         self._store = store
+        self.registry = registry
         self._max_publications = max_publications
         self._max_subscriptions = max_subscriptions
         # What each principal holds, for its limits (docs/security.md): kept up to date
@@ -106,122 +114,70 @@ class Orchestrator(RegistryQueries):
         self._url_problem = url_problem
         """The outbound policy's check of a URL at registration (docs/security.md)."""
         self._broadcaster_id = broadcaster_id
-        self.listener: RegistryListener | None = None
-        self.authorizer: Authorizer | None = None
-        self.schema_problem: Callable[[int | str], str | None] | None = None
+        self.listener = listener
+        self.authorizer = authorizer
+        self.schema_problem = schema_problem
         """Why a publication's events could not be checked against this schema now (unknown,
         deleted, Retracted, Deprecated past its window), or None: asked when a publication
         binds it, and by the publication queries."""
-        self.on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None
+        self.on_subscription_created = on_subscription_created
         """Awaited with a new subscription and its registration's ``secret`` before its delivery starts."""
-        self.publications: dict[str, PublicationRecord] = {}
-        self.pub_configs: dict[str, cfg.PublicationConfig] = {}
-        # Per namespace, ascending: (seq, the config that was in force for events up to seq),
-        # so that a change of the subscriber lists applies from the next event on, also for
-        # a subscription that is behind. Kept while some subscription has not passed seq.
-        self._configs_before: dict[str, list[tuple[int, cfg.PublicationConfig]]] = {}
-        self.publishers: dict[str, set[str]] = defaultdict(set)
-        self.subscriptions: dict[int, SubscriptionRecord] = {}
-        self.sub_configs: dict[int, cfg.SubscriptionConfig] = {}
-        self._version = 0
-        self._pattern_cache: dict[str, tuple[int, list[str]]] = {}
-        self._matchers: dict[str, Callable[[str], bool]] = {}
 
     async def load(self) -> None:
-        for pub in await self._store.list_publications():
-            self._set_publication(pub)
+        await self.registry.load(self._store)
+        for pub in self.registry.publications.values():
             self._owned[pub.owner] += 1
-        for ns, principal in await self._store.list_publishers():
-            self.publishers[ns].add(principal)
-        for sub in await self._store.list_subscriptions():
-            self.subscriptions[sub.id] = sub
+        for sub in self.registry.subscriptions.values():
             self._subscribed[sub.subscriber] += 1
-            self.sub_configs[sub.id] = _read_sub_config(sub.config)
 
-    def _set_publication(self, pub: PublicationRecord) -> None:
-        self.publications[pub.namespace] = pub
-        self.pub_configs[pub.namespace] = cfg.PublicationConfig.read(pub.config)
-        self._version += 1
+    # -- the registry, read through the orchestrator ----------------------------------
 
-    # -- questions the publish and delivery paths ask ---------------------------------
+    @property
+    def publications(self) -> dict[str, PublicationRecord]:
+        return self.registry.publications
+
+    @property
+    def pub_configs(self) -> dict[str, cfg.PublicationConfig]:
+        return self.registry.pub_configs
+
+    @property
+    def publishers(self) -> dict[str, set[str]]:
+        return self.registry.publishers
+
+    @property
+    def subscriptions(self) -> dict[int, SubscriptionRecord]:
+        return self.registry.subscriptions
+
+    @property
+    def sub_configs(self) -> dict[int, cfg.SubscriptionConfig]:
+        return self.registry.sub_configs
 
     def require_namespaces(self, namespaces: Iterable[str]) -> None:
-        """Raise 404 ``namespace_not_found`` naming every unknown namespace in a batch."""
-        missing = sorted({ns for ns in namespaces if ns not in self.publications})
-        if missing:
-            raise NotFound(
-                f"no publication is registered for namespace(s) {', '.join(map(repr, missing))}; "
-                "register it with icrc72_register_publication first",
-                code="namespace_not_found",
-            )
+        self.registry.require_namespaces(namespaces)
 
     def may_publish(self, principal: str, namespace: str) -> bool:
-        return self.publish_refusal(principal, namespace) is None
+        return self.registry.may_publish(principal, namespace)
 
     def publish_refusal(self, principal: str, namespace: str) -> str | None:
-        """Why ``principal`` may not publish to ``namespace`` (naming the list that refuses
-        it, if one does), or None if it may."""
-        conf = self.pub_configs.get(namespace)
-        if conf is None:
-            return f"no publication is registered for {namespace!r}"
-        refused_by = conf.publisher_refusal(principal)
-        if refused_by is not None:
-            return f"{principal} may not publish to {namespace!r}: refused by its {refused_by}"
-        listed = conf.publishers_allowed is not None and principal in conf.publishers_allowed
-        if listed or principal in self.publishers.get(namespace, ()):
-            return None
-        return f"{principal} is not a registered publisher of {namespace!r}"
+        return self.registry.publish_refusal(principal, namespace)
 
     def subscriber_allowed(self, namespace: str, principal: str, seq: int | None = None) -> bool:
-        """Whether ``principal`` may subscribe to ``namespace`` now, or be sent the event
-        ``seq`` of it (by the lists in force when that event was published)."""
-        conf = self.pub_configs.get(namespace)
-        if seq is not None:
-            for upto, before in self._configs_before.get(namespace, ()):
-                if seq <= upto:
-                    conf = before
-                    break
-        return conf is not None and conf.subscriber_allowed(principal)
+        return self.registry.subscriber_allowed(namespace, principal, seq)
 
     def subscriber_refusal(self, namespace: str, principal: str) -> str | None:
-        """The key of the publication's list that refuses ``principal`` as a subscriber now."""
-        conf = self.pub_configs.get(namespace)
-        return None if conf is None else conf.subscriber_refusal(principal)
+        return self.registry.subscriber_refusal(namespace, principal)
 
     def namespaces_for(self, sub: SubscriptionRecord) -> list[str]:
-        """The registered namespaces a subscription's namespace or pattern covers.
-
-        A pattern does not cover a publication that approves each subscription: that
-        approval is asked for one namespace at a time, at registration."""
-        if not is_pattern(sub.namespace):
-            return [sub.namespace]
-        cached = self._pattern_cache.get(sub.namespace)
-        if cached is not None and cached[0] == self._version:
-            return cached[1]
-        match = self.matcher(sub.namespace)
-        found = sorted(
-            ns for ns in self.publications if match(ns) and self.pub_configs[ns].authorization_url is None
-        )
-        self._pattern_cache[sub.namespace] = (self._version, found)
-        return found
+        return self.registry.namespaces_for(sub)
 
     def matcher(self, pattern: str) -> Callable[[str], bool]:
-        m = self._matchers.get(pattern)
-        if m is None:
-            m = self._matchers[pattern] = matcher(pattern)
-        return m
+        return self.registry.matcher(pattern)
 
     def controls_publication(self, caller: PrincipalRecord, pub: PublicationRecord) -> bool:
-        if caller.admin:
-            return True
-        controllers = self.pub_configs[pub.namespace].controllers
-        return caller.name in controllers if controllers is not None else caller.name == pub.owner
+        return self.registry.controls_publication(caller, pub)
 
     def controls_subscription(self, caller: PrincipalRecord, sub: SubscriptionRecord) -> bool:
-        if caller.admin:
-            return True
-        controllers = self.sub_configs[sub.id].controllers
-        return caller.name in controllers if controllers is not None else caller.name == sub.subscriber
+        return self.registry.controls_subscription(caller, sub)
 
     # -- publications -----------------------------------------------------------------
 
@@ -249,7 +205,7 @@ class Orchestrator(RegistryQueries):
                     namespace=reg.namespace, owner=caller.name, config=config, created_at=time.time_ns()
                 )
                 if await self._store.create_publication(rec):
-                    self._set_publication(rec)
+                    self.registry.set_publication(rec)
                     self._owned[caller.name] += 1
                     created = True
             elif config and config != existing.config:
@@ -300,7 +256,7 @@ class Orchestrator(RegistryQueries):
             rec = PublicationRecord(namespace=pub.namespace, owner=pub.owner, config=config, created_at=pub.created_at)
             await self._store.update_publication(rec)
             await self._keep_config_before(pub.namespace)
-            self._set_publication(rec)
+            self.registry.set_publication(rec)
             out.append(ok(True))
         return out
 
@@ -341,28 +297,24 @@ class Orchestrator(RegistryQueries):
                 continue
             for sub_id in await self._store.delete_publication(ns):
                 self._forget_subscription(sub_id)
-            del self.publications[ns]
+            self.registry.drop_publication(ns)
             self._owned[pub.owner] -= 1
-            del self.pub_configs[ns]
-            self._configs_before.pop(ns, None)
-            self.publishers.pop(ns, None)
-            self._version += 1
             out.append(ok(True))
         return out
 
     async def _keep_config_before(self, namespace: str) -> None:
         """Before a publication's config changes: remember the old one for the events
         published so far, and forget what every subscription has passed."""
-        history = self._configs_before.get(namespace, [])
+        history = self.registry.configs_before.get(namespace, [])
         passed = self.listener.sent_position(namespace) if self.listener is not None else None
         history = [h for h in history if passed is not None and h[0] > passed]
         head = await self._store.head()
         if passed is not None and head > passed:
             history.append((head, self.pub_configs[namespace]))
         if history:
-            self._configs_before[namespace] = history
+            self.registry.configs_before[namespace] = history
         else:
-            self._configs_before.pop(namespace, None)
+            self.registry.configs_before.pop(namespace, None)
 
     # -- subscriptions ----------------------------------------------------------------
 
@@ -413,7 +365,7 @@ class Orchestrator(RegistryQueries):
                 shortcuts.append((cfg.RELIABLE, {"Bool": False}))
             config = cfg.merge(config, shortcuts)
             try:
-                conf = _read_sub_config(config, strict=True)
+                conf = read_sub_config(config, strict=True)
             except cfg.ImproperConfig as e:
                 out.append(err("ImproperConfig", str(e)))
                 continue
@@ -458,7 +410,7 @@ class Orchestrator(RegistryQueries):
                 continue
             config = cfg.merge(sub.config, u.config)
             try:
-                conf = _read_sub_config(config, strict=True)
+                conf = read_sub_config(config, strict=True)
             except cfg.ImproperConfig as e:
                 out.append(err("ImproperConfig", str(e)))
                 continue
@@ -518,14 +470,3 @@ class Orchestrator(RegistryQueries):
         self.sub_configs.pop(sub_id, None)
         if self.listener is not None:
             self.listener.subscription_removed(sub_id)
-
-
-def _read_sub_config(pairs: Sequence[Sequence[Any]], *, strict: bool = False) -> cfg.SubscriptionConfig:
-    """A stored config is read leniently: it was checked when written, and a later,
-    stricter version must not lose a subscription at start."""
-    try:
-        return cfg.SubscriptionConfig.read(pairs)
-    except cfg.ImproperConfig:
-        if strict:
-            raise
-        return cfg.SubscriptionConfig()

@@ -8,7 +8,7 @@ these read; kept apart so that the orchestrator's module holds the rules that ch
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ..core import config as cfg
@@ -22,7 +22,8 @@ from ..core.wire import (
     SubscriptionInfo,
     SubscriptionQuery,
 )
-from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
+from ..store import PrincipalRecord, Store
+from .registry import Registry
 
 __all__ = ["RegistryQueries"]
 
@@ -47,21 +48,14 @@ class RegistryQueries:
     _store: Store
     _broadcaster_id: str
     listener: Any
-    publications: dict[str, PublicationRecord]
-    publishers: dict[str, set[str]]
-    subscriptions: dict[int, SubscriptionRecord]
-    sub_configs: dict[int, cfg.SubscriptionConfig]
-    pub_configs: dict[str, cfg.PublicationConfig]
+    registry: Registry
     schema_problem: Callable[[int | str], str | None] | None
 
-    def require_namespaces(self, namespaces: Iterable[str]) -> None:
-        raise NotImplementedError
-
     async def get_publications(self, q: InfoQuery) -> list[PublicationInfo]:
-        names = sorted(ns for ns in self.publications if q.prev is None or ns > q.prev)[: _take(q.take)]
+        names = sorted(ns for ns in self.registry.publications if q.prev is None or ns > q.prev)[: _take(q.take)]
         out = []
         for ns in names:
-            stats = {"icrc72:publication:stats:publishers": len(self.publishers.get(ns, ())),
+            stats = {"icrc72:publication:stats:publishers": len(self.registry.publishers.get(ns, ())),
                      "icrc72:publication:stats:events": 0,
                      "icrc72:publication:stats:events:sent": 0,
                      "icrc72:publication:stats:notifications": 0,
@@ -72,14 +66,14 @@ class RegistryQueries:
             entries = _stats_map(stats, q.statsFilter)
             entries.extend(_stats_map(self._schema_status(ns), q.statsFilter))
             out.append(PublicationInfo(
-                namespace=ns, config=cfg.public_config(self.publications[ns].config), stats=entries,
+                namespace=ns, config=cfg.public_config(self.registry.publications[ns].config), stats=entries,
             ))
         return out
 
     def _schema_status(self, namespace: str) -> dict[str, Any]:
         """A bound publication's schema as publishing sees it now: whether its events are
         taken (a schema Retracted after binding refuses them all) and, if not, why."""
-        conf = self.pub_configs.get(namespace)
+        conf = self.registry.pub_configs.get(namespace)
         if conf is None or conf.schema is None or self.schema_problem is None:
             return {}
         problem = self.schema_problem(conf.schema)
@@ -89,7 +83,7 @@ class RegistryQueries:
 
     async def get_publishers(self, q: InfoQuery) -> list[PublisherInfo]:
         counts: dict[str, int] = defaultdict(int)
-        for principals in self.publishers.values():
+        for principals in self.registry.publishers.values():
             for p in principals:
                 counts[p] += 1
         names = sorted(p for p in counts if q.prev is None or p > q.prev)[: _take(q.take)]
@@ -105,9 +99,9 @@ class RegistryQueries:
     async def get_subscribers(self, q: InfoQuery) -> list[SubscriberInfo]:
         total: dict[str, int] = defaultdict(int)
         active: dict[str, int] = defaultdict(int)
-        for s in self.subscriptions.values():
+        for s in self.registry.subscriptions.values():
             total[s.subscriber] += 1
-            active[s.subscriber] += not self.sub_configs[s.id].stopped
+            active[s.subscriber] += not self.registry.sub_configs[s.id].stopped
         known = set(total) | set(await self._store.stat_keys("subscriber"))
         names = sorted(p for p in known if q.prev is None or p > q.prev)[: _take(q.take)]
         out = []
@@ -124,14 +118,14 @@ class RegistryQueries:
 
     async def get_subscriptions(self, caller: PrincipalRecord, q: SubscriptionQuery) -> list[SubscriptionInfo]:
         if q.namespace is not None and not is_pattern(q.namespace):
-            self.require_namespaces([q.namespace])
+            self.registry.require_namespaces([q.namespace])
         ids = sorted(
-            i for i, s in self.subscriptions.items()
+            i for i, s in self.registry.subscriptions.items()
             if (q.prev is None or i > q.prev) and (q.namespace is None or s.namespace == q.namespace)
         )[: _take(q.take)]
         out = []
         for i in ids:
-            s = self.subscriptions[i]
+            s = self.registry.subscriptions[i]
             stats = {"icrc72:subscription:stats:notifications": 0,
                      "icrc72:subscription:stats:confirmations": 0,
                      "icrc72:subscription:stats:cyclesPaid": 0,

@@ -30,6 +30,7 @@ from .dead_letters import DeadLetters
 from .delivery import Delivery
 from .metrics import Metrics
 from .orchestrator import Orchestrator
+from .registry import Registry
 from .replay import Replays
 from .signing import Signing
 from .tail import Tail
@@ -47,19 +48,29 @@ class Broker:
         self.outbound = Outbound(
             _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections
         )
-        self.orchestrator = Orchestrator(
-            store, broadcaster_id=settings.broadcaster_id, url_problem=self.outbound.registration_problem,
-            max_publications=settings.max_publications_per_principal,
-            max_subscriptions=settings.max_subscriptions_per_principal,
-        )
+        # Each part is built with the parts it calls, in an order with no cycle: the
+        # registry (state) first; delivery and signing read it; the orchestrator changes
+        # it and tells them (docs/architecture.md).
+        self.registry = Registry()
+        self.schemas = SchemaRegistry(store, assert_formats=settings.schema_format_assertion)
+        self.binder = SchemaBinder(self.schemas)
+        self.authorizer = Authorizer(self.outbound)
+        self.signing = Signing(store, self.registry, settings)
         self.tail = Tail(0, settings.tail_capacity)
         self.metrics = Metrics()
         self.delivery = Delivery(
-            store, self.tail, settings, self.orchestrator, on_gone=self._subscription_gone, metrics=self.metrics,
-            outbound=self.outbound,
+            store, self.tail, settings, self.registry, on_gone=self._subscription_gone, metrics=self.metrics,
+            outbound=self.outbound, signer=self.signing.sign,
+        )
+        self.orchestrator = Orchestrator(
+            store, self.registry, broadcaster_id=settings.broadcaster_id,
+            url_problem=self.outbound.registration_problem,
+            listener=self.delivery, authorizer=self.authorizer, schema_problem=self._schema_problem,
+            on_subscription_created=self.signing.subscription_created,
+            max_publications=settings.max_publications_per_principal,
+            max_subscriptions=settings.max_subscriptions_per_principal,
         )
         self.dead_letters = DeadLetters(store, self.orchestrator, self.delivery)
-        self.orchestrator.listener = self.delivery
         self.broadcaster = Broadcaster(
             store,
             self.orchestrator,
@@ -67,16 +78,8 @@ class Broker:
             max_batch_items=settings.max_batch_items,
             max_pending_events=settings.max_pending_events,
             on_appended=self._appended,
+            schemas=self.binder,
         )
-        self.authorizer = Authorizer(self.outbound)
-        self.orchestrator.authorizer = self.authorizer
-        self.signing = Signing(store, self.orchestrator, settings)
-        self.orchestrator.on_subscription_created = self.signing.subscription_created
-        self.delivery.signer = self.signing.sign
-        self.schemas = SchemaRegistry(store, assert_formats=settings.schema_format_assertion)
-        self.binder = SchemaBinder(self.schemas)
-        self.broadcaster.schemas = self.binder
-        self.orchestrator.schema_problem = self._schema_problem
         self.retention = Retention(store, self.schemas, self.binder, self.orchestrator)
         self._runner: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None

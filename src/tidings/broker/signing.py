@@ -19,7 +19,7 @@ from ..core import webhooks
 from ..core.wire import ItemResult, SecretRotation, err, ok
 from ..settings import Settings
 from ..store import PrincipalRecord, Store, SubscriptionRecord, SubscriptionSecret
-from .orchestrator import Orchestrator
+from .registry import Registry
 
 __all__ = ["Signing", "new_secret"]
 
@@ -36,13 +36,13 @@ class Signing:
     def __init__(
         self,
         store: Store,
-        orchestrator: Orchestrator,
+        registry: Registry,
         settings: Settings,
         *,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._store = store
-        self._orchestrator = orchestrator
+        self._registry = registry
         self._settings = settings
         self._clock = clock
         self._secrets: dict[int, list[SubscriptionSecret]] = {}
@@ -53,7 +53,7 @@ class Signing:
         were signed, or the process stopped in between) is given one."""
         self._secrets.clear()
         now = self._clock()
-        for sub_id in list(self._orchestrator.subscriptions):
+        for sub_id in list(self._registry.subscriptions):
             found = await self._store.secrets(sub_id, now)
             if not found:
                 found = [SubscriptionSecret(secret=new_secret(), created_at=now)]
@@ -71,8 +71,8 @@ class Signing:
     def _forget_ended(self, new_id: int) -> None:
         # Subscriptions end in several places (delete, 410 Gone, a deleted publication):
         # drop their secrets here, once they are as many as the live ones.
-        if len(self._secrets) > 2 * len(self._orchestrator.subscriptions) + 64:
-            live = self._orchestrator.subscriptions
+        if len(self._secrets) > 2 * len(self._registry.subscriptions) + 64:
+            live = self._registry.subscriptions
             self._secrets = {i: s for i, s in self._secrets.items() if i in live or i == new_id}
 
     def sign(self, sub_id: int, msg_id: str, body: bytes) -> dict[str, str]:
@@ -90,10 +90,10 @@ class Signing:
         return webhooks.sign([s.secret for s in live], msg_id, now // _NS, body)
 
     def _refuse(self, caller: PrincipalRecord, sub_id: int) -> ItemResult | None:
-        sub = self._orchestrator.subscriptions.get(sub_id)
+        sub = self._registry.subscriptions.get(sub_id)
         if sub is None:
             return err("NotFound", f"no subscription {sub_id}")
-        if caller.name != sub.subscriber and not self._orchestrator.controls_subscription(caller, sub):
+        if caller.name != sub.subscriber and not self._registry.controls_subscription(caller, sub):
             return err("Unauthorized", f"{caller.name} is not the subscriber or a controller of subscription {sub_id}")
         return None
 
@@ -127,7 +127,7 @@ class Signing:
             if not await self._store.add_secret(r.id, secret, now + overlap * _NS, created_at=now):
                 out.append(err("NotFound", f"no subscription {r.id}"))
                 continue
-            if r.id in self._orchestrator.subscriptions:
+            if r.id in self._registry.subscriptions:
                 self._secrets[r.id] = await self._store.secrets(r.id, now)
             out.append(ok(secret))
         return out
