@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core import schemas as rules
-from .formats import Model
+from .formats import MalformedSchema, Model
 from .registry import SchemaRegistry
 
 __all__ = ["Binding", "SchemaBinder"]
@@ -66,4 +66,8 @@ class SchemaBinder:
         if use is rules.Usability.REFUSED:
             return Binding(schema_id, None, refused=f"schema {schema_id}: {why}")
         warning = f"schema {schema_id}: {why}" if use is rules.Usability.WARN else None
-        return Binding(schema_id, reg.model(schema_id), warning=warning)
+        try:
+            model = reg.model(schema_id)
+        except MalformedSchema as e:  # stored text this version cannot read: refused, never a 5xx
+            return Binding(schema_id, None, refused=f"schema {schema_id} cannot be read: {e}")
+        return Binding(schema_id, model, warning=warning)

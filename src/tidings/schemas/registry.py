@@ -44,7 +44,7 @@ from ..core.wire_schemas import (
 from ..errors import BadRequest, Forbidden
 from ..store import PrincipalRecord, SchemaChange, SchemaRecord, SchemaVersion, Store
 from ._subjects import SubjectOps, compat_level
-from .formats import MalformedSchema, Model, check_compatibility, json_canonical
+from .formats import MalformedSchema, Model, check_compatibility, json_canonical, parse_model
 from .references import Ref, identity, parse_with_references
 
 __all__ = ["SchemaRegistry"]
@@ -148,7 +148,11 @@ class SchemaRegistry(SubjectOps):
         m = self._models.get(schema_id)
         if m is None:
             r = self.schemas[schema_id]
-            m = self._models[schema_id] = self.parse(r.format, r.model, r.references)
+            if r.references:
+                m = self.parse(r.format, r.model, r.references)
+            else:  # read by the rules it was stored under (parse_model's ``stored``)
+                m = parse_model(r.format, r.model, assert_formats=self.assert_formats, stored=True)
+            self._models[schema_id] = m
         return m
 
     def count(self) -> int:

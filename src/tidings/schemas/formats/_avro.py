@@ -28,13 +28,14 @@ def _fastavro_accepts(doc: Any) -> None:
 class AvroModel(Model):
     """An Avro schema. ``root`` is its normal form, ``names`` its named types by full name."""
 
-    __slots__ = ("_check", "names", "root")
+    __slots__ = ("_check", "names", "root", "stored")
 
     format = SchemaFormat.AVRO
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, stored: bool = False) -> None:
         doc = load_json(text)
-        self.root, self.names = parse_avro(doc)
+        self.root, self.names = parse_avro(doc, stored=stored)
+        self.stored = stored
         _fastavro_accepts(doc)
         self._check = compile_checks(self.root, self.names)
         self.text = text
@@ -46,9 +47,9 @@ class AvroModel(Model):
             return None
         return Violation(instance_path(reversed(failure.steps)), failure.reason)
 
-    def __reduce__(self) -> tuple[type[AvroModel], tuple[str]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, bool]]:
         # The compiled validator cannot be pickled; the text rebuilds everything.
-        return AvroModel, (self.text,)
+        return _rebuild, (self.text, self.stored)
 
     def _reading_issues(self, writer: Model, *, reader_is_new: bool) -> list[Incompatibility]:
         if not isinstance(writer, AvroModel):
@@ -56,3 +57,7 @@ class AvroModel(Model):
         return _avro_compat.reading_issues(
             self.root, self.names, writer.root, writer.names, reader_is_new=reader_is_new
         )
+
+
+def _rebuild(text: str, stored: bool) -> AvroModel:
+    return AvroModel(text, stored=stored)

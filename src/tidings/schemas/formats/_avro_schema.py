@@ -53,8 +53,11 @@ def _join(path: str, step: str) -> str:
 
 
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, stored: bool = False) -> None:
         self.names: dict[str, dict[str, Any]] = {}
+        self.stored = stored
+        """Reading a schema stored by an older tidings, which let a union's default be of
+        any branch: it is read as it was accepted, so what is bound to it keeps working."""
 
     def fail(self, path: str, message: str) -> NoReturn:
         raise MalformedSchema(f"Avro: {message} {_at(path)}")
@@ -241,6 +244,8 @@ class _Reader:
         element of the union"); Avro's own libraries and Confluent's refuse any other."""
         t = resolve(t, self.names)
         if isinstance(t, list):
+            if self.stored:
+                return any(self.default_ok(b, v) for b in t)
             return bool(t) and self.default_ok(t[0], v)
         kind = t if isinstance(t, str) else t["type"]
         if kind == "null":
@@ -275,8 +280,9 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def parse_avro(doc: Any) -> AvroSchema:
-    """Check ``doc`` (decoded JSON) against the Avro specification; return its normal form."""
-    reader = _Reader()
+def parse_avro(doc: Any, *, stored: bool = False) -> AvroSchema:
+    """Check ``doc`` (decoded JSON) against the Avro specification; return its normal form.
+    ``stored``: a schema an older tidings stored, read by the rules it was accepted under."""
+    reader = _Reader(stored)
     root = reader.schema(doc, "", "")
     return root, reader.names

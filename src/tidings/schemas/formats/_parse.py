@@ -11,7 +11,9 @@ from ._protobuf import ProtobufModel
 __all__ = ["json_canonical", "parse_model"]
 
 
-def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool = False) -> Model:
+def parse_model(
+    format: SchemaFormat | str, text: str, *, assert_formats: bool = False, stored: bool = False
+) -> Model:
     """Parse and check a schema; ``MalformedSchema`` says what is wrong and where.
 
     JSON Schema: the text must be JSON and valid against the meta-schema ``$schema`` names
@@ -20,6 +22,10 @@ def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool =
     Avro specification (names, fields, unions, defaults) and be accepted by fastavro.
     Protobuf: a ``.proto`` file (or a base64 ``FileDescriptorProto``) that imports only the
     well-known types; imports from other schemas go through ``schemas.references``.
+
+    ``stored``: the text is one the registry stored, perhaps under an older tidings's
+    rules, and is read by them (an Avro union's default of any branch), so that a schema
+    accepted once never becomes unreadable.
     """
     fmt = format if isinstance(format, SchemaFormat) else SchemaFormat.parse(format)
     try:
@@ -27,7 +33,7 @@ def parse_model(format: SchemaFormat | str, text: str, *, assert_formats: bool =
             return JsonModel(text, assert_formats=assert_formats)
         if fmt is SchemaFormat.PROTOBUF:
             return ProtobufModel(text)
-        return AvroModel(text)
+        return AvroModel(text, stored=stored)
     except RecursionError:
         raise MalformedSchema("the schema nests too deeply") from None
 
