@@ -145,6 +145,12 @@ def test_events_are_validated_against_the_first_message() -> None:
     assert m.validate({"Map": [["nope", {"Nat": 1}]]}) is not None
     assert m.validate({"Map": [["kind", {"Text": "Z"}]]}) is not None
     assert m.validate({"Map": [["card", {"Text": "c"}], ["iban", {"Text": "i"}]]}) is not None  # one of a oneof
+    nested = m.validate({"Map": [["item", {"Map": [["sku", {"Nat": 1}]]}], ["stock", {"Map": [["x", {"Text": "y"}]]}]]})
+    assert nested is not None and nested.path == "$.item.sku"
+    in_map = m.validate({"Map": [["stock", {"Map": [["x", {"Text": "y"}]]}]]})
+    assert in_map is not None and in_map.path == "$.stock.x"
+    in_list = m.validate({"Map": [["counts", {"Array": [{"Nat": 1}, {"Text": "two"}]}]]})
+    assert in_list is not None and in_list.path == "$.counts[1]"
 
 
 @given(st.integers(min_value=-(2**31), max_value=2**31 - 1))
