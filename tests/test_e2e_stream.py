@@ -270,7 +270,7 @@ async def test_a_stream_subscriber_receives_in_order_and_a_failure_is_pushed_aga
 async def test_pushes_wait_for_the_subscriber_to_connect_and_oneshot_confirms_over_the_stream(
     server_factory: Any, http: aiohttp.ClientSession
 ) -> None:
-    server = server_factory(retry_initial_s="0.05", retry_max_s="0.2", ack_deadline_s="1")
+    server = server_factory(retry_initial_s="0.05", retry_max_s="0.2", ack_deadline_s="2")
     await registered(server, NS)
     sub_id = await _stream_subscription(http, server, mode="oneshot")
     async with Stream(server.url, server.admin_token) as pub:
@@ -283,7 +283,7 @@ async def test_pushes_wait_for_the_subscriber_to_connect_and_oneshot_confirms_ov
     async with Stream(server.url, server.admin_token, handler=handler) as listener:
         await listener.listen([sub_id])
         await eventually(lambda: sorted(set(got)) == ids, timeout=20)
-        await asyncio.sleep(1.5)  # past the ack deadline: confirmed ones are not sent again
+        await asyncio.sleep(2.5)  # past the ack deadline: confirmed ones are not sent again
     assert sorted(got) == ids
 
 

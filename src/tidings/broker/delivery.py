@@ -89,8 +89,8 @@ _decode_data = msgspec.json.Decoder().decode
 _SENT_KEY = b'["icrc72:broadcaster:sent",{"Nat":'
 
 
-def _with_sent(headers: bytes, ts: int) -> msgspec.Raw:
-    pair = _SENT_KEY + str(ts).encode() + b"}]"
+def _with_sent(headers: bytes, pair: bytes) -> msgspec.Raw:
+    """``headers`` with the ``sent`` pair (made once per push) appended."""
     if headers == b"[]":
         return msgspec.Raw(b"[" + pair + b"]")
     return msgspec.Raw(headers[:-1] + b"," + pair + b"]")
@@ -346,7 +346,7 @@ class Delivery:
 
     def notifications(self, batch: Sequence[Note], conf: SubscriptionConfig) -> bytes:
         """The JSON array of EventNotifications a push carries, stamped as sent now."""
-        sent = self.now_ns()
+        sent = _SENT_KEY + str(self.now_ns()).encode() + b"}]"
         return _encode([
             _Push(
                 id=n.id, eventId=n.event.id, prev_id=n.event.prev_id, timestamp=n.event.timestamp,

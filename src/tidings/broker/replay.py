@@ -282,6 +282,7 @@ class Replays:
         self, rec: ReplayRecord, inflight: InFlight, ahead: ReadAhead, size: int, end_id: int | None
     ) -> str | None:
         rid, ns = rec.id, rec.namespace
+        pairs = rules.replay_pairs(rid, end_id)
         while rec.position < rec.to_id - 1 and rid not in self._stop:
             sub = self._orch.subscriptions.get(rec.subscription_id)
             if sub is None:
@@ -306,7 +307,7 @@ class Replays:
             batches = [events[i : i + size] for i in range(0, len(events), size)] or [[]]
             for k, batch in enumerate(batches):
                 position = upto if k == len(batches) - 1 else batch[-1].id
-                copies = [_with_headers(e, rid, end_id) for e in batch]
+                copies = [_with_headers(e, pairs) for e in batch]
                 now = time.time_ns()
                 ids = await self._store.record_replay_batch(
                     rid, sub.id, copies, position, _stats(sub, len(copies)), now=now
@@ -437,11 +438,8 @@ def _detail(u: ReplayStatusUpdate) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _with_headers(e: StoredEvent, rid: int, end_id: int | None) -> StoredEvent:
-    return StoredEvent(
-        seq=e.seq, namespace=e.namespace, id=e.id, prev_id=e.prev_id, timestamp=e.timestamp, source=e.source,
-        data=e.data, headers=rules.with_replay_headers(e.headers, rid, end_id),
-    )
+def _with_headers(e: StoredEvent, pairs: bytes) -> StoredEvent:
+    return msgspec.structs.replace(e, headers=rules.append_pairs(e.headers, pairs))
 
 
 def _stats(sub: SubscriptionRecord, n: int) -> list[Stat]:

@@ -193,9 +193,19 @@ def cost(pricing: Pricing | None, events: int) -> int:
 
 def with_replay_headers(headers: bytes, replay_id: int, end_id: int | None) -> bytes:
     """The event's header pairs (JSON) with the replay headers appended, never rewritten."""
+    return append_pairs(headers, replay_pairs(replay_id, end_id))
+
+
+def replay_pairs(replay_id: int, end_id: int | None) -> bytes:
+    """The replay headers as JSON pairs without brackets, the same for all of a replay's events."""
     pairs = b'["' + ID_HEADER.encode() + b'",{"Nat":' + str(replay_id).encode() + b"}]"
     if end_id is not None:
         pairs += b',["' + END_HEADER.encode() + b'",{"Nat":' + str(end_id).encode() + b"}]"
+    return pairs
+
+
+def append_pairs(headers: bytes, pairs: bytes) -> bytes:
+    """``headers`` (a JSON array of pairs) with ``pairs`` appended."""
     body = headers.strip()
     if body in (b"", b"[]"):
         return b"[" + pairs + b"]"
