@@ -9,12 +9,13 @@ row that says so instead of a figure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,23 @@ async def _guard(scenario: str, system: str, how: str, unit: str, timeout: float
     return row
 
 
+@contextlib.asynccontextmanager
+async def _pg_store() -> AsyncIterator[dict[str, str]]:
+    """The environment of a server on a PostgreSQL database made for one run, dropped after."""
+    import asyncpg
+
+    name = f"bench_tidings_{os.getpid()}_{time.monotonic_ns()}"
+    conn = await asyncpg.connect(P.PG_DSN, timeout=P.CONNECT_TIMEOUT)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield {"TIDINGS_STORE": f"{P.PG_DSN.rsplit('/', 1)[0]}/{name}"}
+        finally:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
 # -- a. durable publish throughput ---------------------------------------------------------
 
 
@@ -126,6 +144,15 @@ async def publish(s: Settings, batch: int) -> list[Row]:
     if workers > 1:
         rows.append(await _guard(name, "tidings, one process", f"{how}, TIDINGS_WORKERS=1", unit, timeout,
                                  run_one_process, fig))
+
+    async def run_on_postgresql() -> dict[str, Any]:
+        async with _pg_store() as env:
+            with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d), env) as srv:
+                return await throughput(srv, s.clients, batch, s.seconds, event=EVENT)
+
+    how_pg = f"HTTP, {batch} event{'s' if batch > 1 else ''}/request, TIDINGS_STORE=postgresql://, {workers} processes"
+    rows.append(await _guard(name, "tidings on PostgreSQL", how_pg, unit, timeout, run_on_postgresql, fig,
+                             s.peers["postgres"]))
     if batch > 1:  # the cost of validating every event against a bound schema
         for fmt, model in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA), ("PROTOBUF", PROTOBUF_SCHEMA)):
 
@@ -175,8 +202,16 @@ async def fanout(s: Settings) -> list[Row]:
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
             return await tidings_fanout(srv, FANOUT_SUBS, 1.0, s.fanout_events, data=EVENT["data"], timeout=deadline)
 
+    async def run_on_postgresql() -> dict[str, Any]:
+        async with _pg_store() as env:
+            with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d), env) as srv:
+                return await tidings_fanout(srv, FANOUT_SUBS, 1.0, s.fanout_events, data=EVENT["data"],
+                                            timeout=deadline)
+
     how = f"{FANOUT_SUBS} trusted HTTP endpoints (one uvicorn), no filter"
     rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
+    rows.append(await _guard(name, "tidings on PostgreSQL", how + ", TIDINGS_STORE=postgresql://", unit, timeout,
+                             run_on_postgresql, fig, s.peers["postgres"]))
     for key, (how_p, fn) in P.FANOUT.items():
         peer = s.peers[key]
 
