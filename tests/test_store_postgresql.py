@@ -155,3 +155,14 @@ def test_serve_refuses_an_unknown_store_with_its_setting_named(tmp_path: Path) -
     )
     assert out.returncode != 0
     assert "TIDINGS_STORE" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_serve_on_an_unreachable_database_says_so_and_leaves_nothing_open(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tidings", "serve", "--port", "0", "--data-dir", str(tmp_path),
+         "--store", "postgresql://nobody:hunter2@127.0.0.1:1/none"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 2
+    assert "cannot open PostgreSQL at postgresql://nobody@127.0.0.1:1/none" in out.stderr
+    assert "hunter2" not in out.stderr and "Unclosed" not in out.stderr and "Traceback" not in out.stderr

@@ -95,7 +95,11 @@ class Broker:
 
     async def start(self) -> None:
         await self.outbound.__aenter__()
-        await self.store.open()
+        try:
+            await self.store.open()
+        except BaseException:  # an unreachable store: nothing else was started
+            await self.outbound.__aexit__(None, None, None)
+            raise
         try:
             await self.schemas.load()
             await self.orchestrator.load()
