@@ -81,47 +81,16 @@ def generate(data: Path, events: int, namespaces: int) -> float:
     return time.monotonic() - started
 
 
-def python_read_cost(data: Path, limit: int) -> tuple[int, float]:
-    """Rows read from SQLite and made into Arrow batches in this process: (rows, seconds)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    from tidings.pipeline import _sqlite
-    from tidings.pipeline.archive import STAGING_COLUMNS
-    from tidings.pipeline.source import to_batch
-
-    fields = [f.strip().split(" ") for f in STAGING_COLUMNS.split(",")]
-
-    schema = StructType([StructField(n, LongType() if t == "long" else StringType()) for n, t in fields])
-    arrow = to_arrow_schema(schema, timezone="UTC")
-    cols = schema.fieldNames()
-    n = 0
-    started = time.monotonic()
-    with _sqlite.connect(data) as conn:
-        for ns in _sqlite.namespaces(conn):
-            bounds = _sqlite.id_bounds(conn, ns)
-            if bounds is None:
-                continue
-            for rows in _sqlite.read_range(conn, _sqlite.IdRange(ns, bounds[0], bounds[1])):
-                to_batch(rows, cols, arrow)
-                n += len(rows)
-                if n >= limit:
-                    return n, time.monotonic() - started
-    return n, time.monotonic() - started
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--events", type=int, default=10_000_000)
     p.add_argument("--namespaces", type=int, default=4)
     p.add_argument("--dir", type=Path, default=Path("/tmp/tidings-bench-archive"))
-    p.add_argument("--master", default=None)
-    p.add_argument("--partition-size", type=int, default=1_000_000)
+    p.add_argument("--workers", type=int, default=None, help="staging processes (default: one per core)")
     p.add_argument("--keep", action="store_true", help="keep the store and the archive afterwards")
     args = p.parse_args()
 
     from tidings.pipeline.archive import archive
-    from tidings.pipeline.session import build
 
     shutil.rmtree(args.dir, ignore_errors=True)
     data, root = args.dir / "var", args.dir / "archive"
@@ -129,45 +98,24 @@ def main() -> int:
     db_mb = (data / "tidings.db").stat().st_size / 2**20
     print(f"generated {args.events:,} events ({db_mb:,.0f} MiB) in {gen_s:.1f} s", file=sys.stderr)
 
-    py_rows, py_s = python_read_cost(data, min(args.events, 1_000_000))
-    print(f"source in Python alone: {py_rows / py_s:,.0f} rows/s on one core", file=sys.stderr)
-
-    t = time.monotonic()
-    spark = build(args.master, app_name="tidings-bench-archive")
-    spark.sparkContext.setLogLevel("WARN")
-    start_s = time.monotonic() - t
-
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
         print(f"  [{time.monotonic() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
-    try:
-        run = archive(
-            spark, data_dir=data, archive_dir=root, older_than_s=0, partition_size=args.partition_size,
-            progress=progress,
-        )
-    finally:
-        spark.stop()
-    py_rate = py_rows / py_s
-    cores = os.cpu_count() or 1
+    run = archive(data_dir=data, archive_dir=root, older_than_s=0, workers=args.workers, progress=progress)
     parquet_mb = sum(f.stat().st_size for f in root.rglob("*.parquet")) / 2**20
     result = {
         "events": run.events,
         "cores": os.cpu_count(),
-        "spark_start_s": round(start_s, 2),
         "archive_total_s": round(run.total_s, 2),
         "events_per_s": round(run.events / run.total_s),
-        "spark_job_s": round(run.spark_s, 2),
-        "driver_python_s": round(run.total_s - run.spark_s, 2),
-        "source_python_rows_per_s_one_core": round(py_rate),
-        # The part of the Spark job's wall time the source's Python accounts for, its
-        # work spread over every core.
-        "source_python_share_of_spark_job": (
-            round(run.events / py_rate / cores / run.spark_s, 2) if run.spark_s else None
-        ),
+        "stage_s": round(run.stage_s, 2),
+        "stage_events_per_s": round(run.events / run.stage_s) if run.stage_s else None,
+        "trim_s": round(run.trim_s, 2),
         "hot_log_mib": round(db_mb),
         "parquet_mib": round(parquet_mb),
+        "files": sum(n.files for n in run.namespaces),
         "trimmed": sum(n.trimmed for n in run.namespaces),
     }
     print(json.dumps(result, indent=2))

@@ -40,7 +40,7 @@ async def test_replay_spans_archive_and_hot_log_without_gap_or_duplicate(
 
     prepare(spark)
     root = server.data_dir / "archive"
-    run = archive(spark, data_dir=server.data_dir, archive_dir=root, older_than_s=0, now_ns=cut)
+    run = archive(data_dir=server.data_dir, archive_dir=root, older_than_s=0, now_ns=cut)
     assert Manifest.load(root).hwm(NS) == 150 == run.namespaces[0].to_id
     with sqlite3.connect(server.data_dir / "tidings.db") as c:
         hot_ids = [r[0] for r in c.execute("SELECT id FROM events WHERE namespace = ? ORDER BY id", (NS,))]

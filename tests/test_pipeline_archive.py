@@ -73,7 +73,7 @@ def test_archive_then_history_reads_every_event_once(spark: Any, tmp_path: Path)
             "INSERT INTO notifications(subscription_id, seq, namespace) VALUES (1, ?, ?)", (owed.seq, owed.namespace)
         )
 
-    run = archive(spark, data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + 100 * HOUR_NS, partition_size=40)
+    run = archive(data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + 100 * HOUR_NS, chunk_size=40)
     old = [e for e in stored if e.timestamp < T0 + 100 * HOUR_NS]
     assert run.events == len(old)
     marks = {n.namespace: n.to_id for n in run.namespaces}
@@ -105,7 +105,7 @@ def test_archive_then_history_reads_every_event_once(spark: Any, tmp_path: Path)
     assert ids(even) == [i for i in range(52, 110, 2)]
 
     # A second run that does not trim: archived rows stay in the hot log, reads stay exact.
-    run2 = archive(spark, data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + 140 * HOUR_NS, trim=False)
+    run2 = archive(data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + 140 * HOUR_NS, trim=False)
     assert run2.namespaces and all(n.from_id == marks[n.namespace] + 1 for n in run2.namespaces)
     assert ids(events(spark, "shop.orders", data_dir=data, archive_dir=root)) == list(range(1, 121))
     assert_exactly_once(data, root, stored)
@@ -117,7 +117,7 @@ def test_archive_survives_sigkill_at_every_step(tmp_path: Path) -> None:
     stored = make_store(data, {"shop.orders": 60, "x:y": 15})
     cmd = [
         sys.executable, "-m", "tidings.pipeline", "archive", "--data-dir", str(data), "--archive-dir", str(root),
-        "--older-than", "0", "--partition-size", "25", "--master", "local[2]", "--quiet",
+        "--older-than", "0", "--chunk-size", "25", "--workers", "2", "--quiet",
     ]
     t = T0 + 10 * DAY_NS
     # Killed half way through moving files, then half way through trimming (the states
@@ -191,26 +191,29 @@ def test_one_archive_job_at_a_time(tmp_path: Path) -> None:
     data, root = tmp_path / "var", tmp_path / "archive"
     make_store(data, {"a": 1})
     with layout.lock(root), pytest.raises(PipelineError) as e:
-        archive(None, data_dir=data, archive_dir=root, older_than_s=0)
+        archive(data_dir=data, archive_dir=root, older_than_s=0)
     assert e.value.code == "archive_busy"
 
 
 def test_missing_java_is_named(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = str(tmp_path)
+    make_store(tmp_path / "var", {"a": 1})
     proc = subprocess.run(
-        [sys.executable, "-m", "tidings.pipeline", "archive", "--data-dir", str(tmp_path)],
+        [sys.executable, "-m", "tidings.pipeline", "stats", "--data-dir", str(tmp_path / "var")],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
-    assert "Java" in proc.stderr and "openjdk-17" in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("java_missing: ") and "openjdk-17" in last
 
 
 def test_missing_pyspark_is_named(tmp_path: Path) -> None:
     # The base install has no PySpark: the jobs say which extra to install, not a traceback.
     hide = "import sys; sys.modules['pyspark'] = None; from tidings.pipeline.cli import main; sys.exit(main())"
+    make_store(tmp_path / "var", {"a": 1})
     proc = subprocess.run(
-        [sys.executable, "-c", hide, "archive", "--data-dir", str(tmp_path)],
+        [sys.executable, "-c", hide, "stats", "--data-dir", str(tmp_path / "var")],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
@@ -236,3 +239,53 @@ def test_sqlite_store_still_appends_after_trimming(tmp_path: Path) -> None:
 
     (e,) = asyncio.run(more())
     assert (e.id, e.prev_id) == (stored[-1].id + 1, stored[-1].id)
+
+
+def test_archive_parquet_is_typed_and_filters_push_down(spark: Any, tmp_path: Path) -> None:
+    """Spark SQL reads the archive as it is: TIMESTAMP event time, the payload as a VARIANT
+    (``payload:amount``), the lossless forms beside them; filters reach the scan."""
+    from datetime import UTC, datetime
+
+    data, root = tmp_path / "var", tmp_path / "archive"
+    stored = make_store(data, {"shop.orders": 50, "x:y": 10})
+    archive(data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + 1000 * HOUR_NS, chunk_size=20)
+    df = spark.read.parquet(str(root))
+    types = dict(df.dtypes)
+    assert (types["time"], types["payload"], types["timestamp"], types["data"]) == (
+        "timestamp", "variant", "bigint", "string")
+    assert (types["namespace"], types["date"]) == ("string", "date")
+    df.createOrReplaceTempView("archive_t")
+    rows = spark.sql(
+        "SELECT id, time, payload:amount::long AS amount, payload:even::boolean AS even, payload:ns::string AS ns, "
+        "data FROM archive_t WHERE namespace = 'shop.orders' ORDER BY id"
+    ).collect()
+    orders = [e for e in stored if e.namespace == "shop.orders"]
+    assert [(r.id, r.amount, r.even, r.ns, r.data) for r in rows] == [
+        (e.id, e.id, e.id % 2 == 0, "shop.orders", e.data.decode()) for e in orders
+    ]
+    assert [r.time for r in rows] == [datetime.fromtimestamp(e.timestamp / 1e9, UTC).replace(tzinfo=None)
+                                      for e in orders]
+
+    q = df.where("namespace = 'x:y' AND id BETWEEN 3 AND 7 AND time >= TIMESTAMP '2026-01-01 00:00:00' "
+                 "AND date >= DATE '2026-01-01'")
+    plan = q._jdf.queryExecution().executedPlan().toString()
+    assert "PartitionFilters: [isnotnull(namespace" in plan and "(namespace#" in plan and "date#" in plan
+    pushed = plan[plan.index("PushedFilters:"):].split("]", 1)[0]
+    assert "GreaterThanOrEqual(id,3)" in pushed and "LessThanOrEqual(id,7)" in pushed and "time" in pushed
+    assert sorted(r.id for r in q.collect()) == [3, 4, 5, 6, 7]
+
+
+def test_archive_and_trim_give_disk_space_back(tmp_path: Path) -> None:
+    """The store's file (and WAL) shrink after archiving: trimmed pages go back to the filesystem."""
+    data, root = tmp_path / "var", tmp_path / "archive"
+    make_store(data, {"big": 4_000, "small": 100})
+    c = sqlite3.connect(data / "tidings.db", isolation_level=None)  # fatter events: many pages to trim
+    c.execute("UPDATE events SET headers = CAST(printf('[[\"pad\",{\"Text\":\"%s\"}]]', hex(randomblob(200)))"
+              " AS BLOB)")
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    c.close()
+    before = _sqlite.store_bytes(data)
+    run = archive(data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + 3_000 * HOUR_NS)
+    assert run.store_bytes is not None and run.store_bytes[0] >= before * 0.9
+    after = _sqlite.store_bytes(data)
+    assert after == run.store_bytes[1] and after < before / 3, (before, after)

@@ -21,10 +21,10 @@ def parser() -> argparse.ArgumentParser:
 def test_arguments_parse_inside_a_parent_parser(tmp_path: Path) -> None:
     args = parser().parse_args(
         ["pipeline", "archive", "--data-dir", str(tmp_path), "--older-than", "12h", "--namespace", "a",
-         "--namespace", "b:c", "--no-trim", "--master", "sc://spark:15002"]
+         "--namespace", "b:c", "--no-trim", "--workers", "3"]
     )
     assert (args.command, args.pipeline_action) == ("pipeline", "archive")
-    assert (args.older_than, args.namespace, args.no_trim, args.master) == (43_200, ["a", "b:c"], True, "sc://spark:15002")
+    assert (args.older_than, args.namespace, args.no_trim, args.workers) == (43_200, ["a", "b:c"], True, 3)
     assert parser().parse_args(["pipeline", "archive"]).older_than == 7 * 86_400
     durations = [parse_duration(t) for t in ("90", "90s", "15m", "2d", "1w", "0.5h")]
     assert durations == [90, 90, 900, 172_800, 604_800, 1800]

@@ -48,7 +48,7 @@ def test_archive_while_the_server_publishes(spark: Any, server: ServerProcess, t
         t = threading.Thread(target=keep_publishing)
         t.start()
         try:
-            run = archive(spark, data_dir=server.data_dir, archive_dir=root, older_than_s=0, partition_size=100)
+            run = archive(data_dir=server.data_dir, archive_dir=root, older_than_s=0, chunk_size=100)
         finally:
             stop.set()
             t.join(30)

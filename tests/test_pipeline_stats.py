@@ -126,7 +126,7 @@ async def test_stats_count_what_the_server_did_per_publication_publisher_and_sub
 
     # Archived events still count, once: the hot log keeps the rows dead letters still
     # need (and its last one), which the archive's mark says to take from the archive.
-    run = archive(spark, data_dir=server.data_dir, archive_dir=tmp_path / "archive", older_than_s=0)
+    run = archive(data_dir=server.data_dir, archive_dir=tmp_path / "archive", older_than_s=0)
     assert run.events == 8 and sum(n.trimmed for n in run.namespaces) < 8
     again = stats(spark, data_dir=server.data_dir, archive_dir=tmp_path / "archive")
     assert {k: r.events for k, r in again.of("publication").items()} == {

@@ -1,4 +1,4 @@
-"""Where a replay reads its events: the hot log (the store), or the Parquet archive (Spark).
+"""Where a replay reads its events: the hot log (the store), or the Parquet archive (pyarrow).
 
 The seam is the archive manifest's mark ``hwm`` for the namespace, as for
 :func:`tidings.pipeline.history.events`: ids up to it are read from the archive, ids
@@ -8,17 +8,16 @@ hot log only after moving the mark, and a hot read that finds a hole in the id c
 reads the mark again before going on (a hole the mark does not cover was made by
 retention: those events are gone and are counted as skipped).
 
-The Spark session is made on first use only (it takes seconds to start) and its jobs
-run in a thread, so the event loop keeps serving live traffic meanwhile.
+Archive reads (:func:`tidings.pipeline.archive_read.read_archived`: only the files and
+row groups that hold the window, no Spark) and the filter over them run in a thread, so
+the event loop keeps serving live traffic meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from pathlib import Path
-from typing import Any
 
 from ..settings import Settings
 from ..store import Store, StoredEvent
@@ -32,8 +31,6 @@ class ReplaySource:
     def __init__(self, store: Store, settings: Settings) -> None:
         self._store = store
         self._settings = settings
-        self._spark: Any = None
-        self._spark_lock = threading.Lock()
         self.archive_dir = Path(settings.archive_dir) if settings.archive_dir else settings.data_dir / "archive"
 
     def hwm(self, namespace: str) -> int:
@@ -46,7 +43,7 @@ class ReplaySource:
     ) -> tuple[list[StoredEvent], int]:
         """Events with ``after_id < id < before_id``, in id order, and the id up to which
         the range has been looked at (everything up to it not returned is filtered out
-        by ``filter_text``, or gone). Archive reads apply ``filter_text`` in Spark."""
+        by ``filter_text``, or gone)."""
         hwm = await asyncio.to_thread(self.hwm, namespace)
         if after_id < hwm:
             hi = min(before_id, hwm + 1, after_id + 1 + 10 * self._settings.replay_read_size)
@@ -64,33 +61,19 @@ class ReplaySource:
         upto = events[-1].id if len(events) == limit else before_id - 1
         return events, upto
 
-    def _session(self) -> Any:
-        with self._spark_lock:
-            if self._spark is None:
-                from ..pipeline.session import build
-
-                log.info("starting a Spark session for archived replays")
-                self._spark = build(self._settings.spark_master or None, app_name="tidings-replay")
-            return self._spark
-
     def _read_archive(self, namespace: str, lo: int, hi: int, filter_text: str | None) -> list[StoredEvent]:
-        from ..pipeline.history import events
+        """Archived events with ``lo <= id < hi``; the replay applies its filter and skip to them, as to hot ones."""
+        from ..pipeline.archive_read import read_archived
 
-        spark = self._session()
-        df = events(
-            spark, namespace, lo, hi, archive_dir=self.archive_dir, filter=filter_text, origin="archive"
-        ).select("seq", "namespace", "id", "prev_id", "timestamp", "source", "headers", "data").orderBy("id")
-        table = df.toArrow()
+        t = read_archived(self.archive_dir, namespace, lo, hi - 1)
+        cols = [t.column(n).to_pylist() for n in ("seq", "id", "prev_id", "timestamp", "source", "headers", "data")]
         return [
             StoredEvent(
-                seq=r["seq"], namespace=r["namespace"], id=r["id"], prev_id=r["prev_id"], timestamp=r["timestamp"],
-                source=r["source"], headers=r["headers"].encode(), data=r["data"].encode(),
+                seq=seq, namespace=namespace, id=i, prev_id=prev, timestamp=ts, source=src,
+                headers=headers.encode(), data=data.encode(),
             )
-            for r in table.to_pylist()
+            for seq, i, prev, ts, src, headers, data in zip(*cols, strict=True)
         ]
 
     def close(self) -> None:
-        with self._spark_lock:
-            if self._spark is not None:
-                self._spark.stop()
-                self._spark = None
+        """Nothing to release: archive reads hold no session."""

@@ -28,10 +28,13 @@ __all__ = [
     "archivable_upto",
     "connect",
     "db_path",
+    "enable_vacuum",
     "id_bounds",
     "namespaces",
     "read_range",
+    "reclaim",
     "retention_of",
+    "store_bytes",
     "trim_archived",
     "trim_deliveries",
 ]
@@ -159,6 +162,45 @@ def trim_archived(conn: sqlite3.Connection, namespace: str, upto: int) -> int:
             raise
         lo = hi + 1
     return total
+
+
+VACUUM_PAGES: Final = 4_096
+"""Free pages returned to the filesystem per write transaction (16 MiB of 4 KiB pages)."""
+
+
+def reclaim(conn: sqlite3.Connection) -> tuple[int, int] | None:
+    """Give the free pages of the store's file back to the filesystem; ``(bytes before, after)``.
+
+    Needs the file's incremental auto-vacuum (stores created by this version have it;
+    :func:`enable_vacuum` converts an older one): None without it. Runs
+    ``incremental_vacuum`` :data:`VACUUM_PAGES` pages at a time, each its own short write
+    transaction, then checkpoints the WAL so the main file is truncated; a checkpoint
+    blocked by a reader leaves the truncation to the server's next checkpoint.
+    """
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        return None
+    path = Path(conn.execute("PRAGMA database_list").fetchone()[2])
+    before = _file_bytes(path)
+    while conn.execute("PRAGMA freelist_count").fetchone()[0] > 0:
+        conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return before, _file_bytes(path)
+
+
+def enable_vacuum(conn: sqlite3.Connection) -> None:
+    """Switch an older store to incremental auto-vacuum: rewrites the whole file (``VACUUM``),
+    holding the write lock meanwhile, so run it while the server is stopped or quiet."""
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.execute("VACUUM")
+
+
+def _file_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+
+
+def store_bytes(location: str | Path) -> int:
+    """The store's file and its WAL, in bytes."""
+    return _file_bytes(db_path(location))
 
 
 def trim_deliveries(conn: sqlite3.Connection, before_ns: int) -> int:

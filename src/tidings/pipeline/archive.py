@@ -5,8 +5,9 @@ A run, per namespace, with ``hwm`` its high-water mark in the manifest (docs/pip
 1. delete files a killed run left behind (their ``lo`` is above ``hwm``) and the staging folder;
 2. plan ``(hwm, X]``: the longest prefix of the chain after ``hwm`` that is older than
    the threshold;
-3. Spark reads those ranges through the ``tidings`` source and writes Parquet into staging,
-   partitioned by namespace and date;
+3. worker processes read those ranges from SQLite into Arrow tables, in chunks of
+   ``chunk_size`` ids, and write typed Parquet into staging, partitioned by namespace
+   and date (:mod:`tidings.pipeline._arrow`; no Spark: it would add nothing but its start);
 4. each staged file is fsynced and renamed to its place, named after the run's range;
 5. the manifest, with ``hwm = X``, is replaced atomically: from here on the events are archived;
 6. only then the hot log is trimmed up to ``X`` (the store's rules: rows still owed to
@@ -24,19 +25,20 @@ partition goes once the whole day is older than now minus the namespace's ``rete
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import signal
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-import msgspec
-
-from . import _sqlite, layout
+from . import _arrow, _sqlite, layout
+from ._human import fmt_bytes, fmt_count
 from .layout import Manifest, NamespaceState
 
 __all__ = ["ArchiveRun", "ArchivedNamespace", "ExpiredPartition", "archive", "expire"]
@@ -44,8 +46,8 @@ __all__ = ["ArchiveRun", "ArchivedNamespace", "ExpiredPartition", "archive", "ex
 DAY_NS: Final = 86_400 * 10**9
 CRASH_ENV: Final = "TIDINGS_PIPELINE_CRASH_AT"
 """Test hook: the name of a step at which the job kills itself (SIGKILL)."""
-STAGING_COLUMNS: Final = "seq long, namespace string, id long, prev_id long, timestamp long, source string, " \
-    "headers string, data string"
+CHUNK_SIZE: Final = 250_000
+"""Ids per staging task (a worker process reads, converts and writes one chunk at a time)."""
 
 Progress = Callable[[str], None]
 
@@ -68,8 +70,12 @@ class ArchiveRun:
     before: int
     """UTC ns: events stamped earlier were eligible."""
     namespaces: list[ArchivedNamespace] = field(default_factory=list)
-    spark_s: float = 0.0
-    """Seconds spent in the Spark job (reading the hot log, writing Parquet)."""
+    stage_s: float = 0.0
+    """Seconds spent reading the hot log and writing the staged Parquet (the worker processes)."""
+    trim_s: float = 0.0
+    """Seconds spent trimming the hot log (and giving its free pages back)."""
+    store_bytes: tuple[int, int] | None = None
+    """The store's file and WAL, in bytes, before and after the free pages went back (None: not run)."""
     total_s: float = 0.0
 
     @property
@@ -93,7 +99,6 @@ def _quiet(_: str) -> None:
 
 
 def archive(
-    spark: Any,
     *,
     data_dir: str | Path,
     archive_dir: str | Path,
@@ -101,12 +106,13 @@ def archive(
     now_ns: int | None = None,
     namespaces: Sequence[str] | None = None,
     trim: bool = True,
-    partition_size: int = 1_000_000,
+    workers: int | None = None,
+    chunk_size: int = CHUNK_SIZE,
     progress: Progress = _quiet,
 ) -> ArchiveRun:
     """Archive the events older than ``older_than_s`` seconds; see the module docstring.
 
-    ``spark`` has the ``tidings`` source registered (:func:`tidings.pipeline.session.build`).
+    ``workers`` processes (default: one per core) stage chunks of ``chunk_size`` ids.
     With ``trim=False`` the hot log is left as it is (the next run with trimming catches up).
     Raises :class:`~tidings.pipeline.errors.PipelineError` ``archive_busy`` if another run holds the archive.
     """
@@ -134,16 +140,14 @@ def archive(
                 for r in plan
             }
         progress(f"archiving {sum(counts.values())} events of {len(plan)} namespaces (before {before})")
-        spark_s = 0.0
+        stage_s = trim_s = 0.0
         files: dict[str, int] = {}
         if plan:
             staging = root / layout.META / "staging"
             t = time.monotonic()
-            # At least one task per core, so a run smaller than cores x partition_size still spreads.
-            size = max(1_000, min(partition_size, -(-sum(counts.values()) // _parallelism(spark))))
-            _stage(spark, data_dir, plan, staging, size)
-            spark_s = time.monotonic() - t
-            progress(f"Spark wrote the staged Parquet in {spark_s:.1f} s")
+            _stage(_sqlite.db_path(data_dir), plan, staging, chunk_size, workers)
+            stage_s = time.monotonic() - t
+            progress(f"staged {fmt_count(sum(counts.values()))} events as Parquet in {stage_s:.1f} s")
             _crash_point("staged")
             files = _publish(root, staging, plan, progress)
             for r in plan:
@@ -152,6 +156,8 @@ def archive(
             _crash_point("durable")
             shutil.rmtree(staging, ignore_errors=True)
         trimmed: dict[str, int] = {}
+        reclaimed: tuple[int, int] | None = None
+        t = time.monotonic()
         if trim:
             with _sqlite.connect(data_dir, write=True) as conn:
                 for ns, state in sorted(manifest.namespaces.items()):
@@ -159,7 +165,16 @@ def archive(
                     if trimmed[ns]:
                         progress(f"trimmed {trimmed[ns]} rows of {ns} up to id {state.hwm}")
                     _crash_point("trimming")
-            progress(f"trimmed {sum(trimmed.values())} archived rows from the hot log")
+            progress(f"trimmed {fmt_count(sum(trimmed.values()))} archived rows from the hot log")
+            with _sqlite.connect(data_dir, write=True) as conn:
+                sizes = _sqlite.reclaim(conn)
+            if sizes is None:
+                progress("the store's file keeps its free pages (created without incremental vacuum): "
+                         "run `tidings pipeline vacuum` once while the server is stopped")
+            else:
+                progress(f"store file {fmt_bytes(sizes[0])} -> {fmt_bytes(sizes[1])}")
+                reclaimed = sizes
+        trim_s = time.monotonic() - t
     done = [
         ArchivedNamespace(
             namespace=r.namespace, from_id=r.lo, to_id=r.hi, events=counts[r.namespace],
@@ -167,14 +182,10 @@ def archive(
         )
         for r in plan
     ]
-    return ArchiveRun(before=before, namespaces=done, spark_s=spark_s, total_s=time.monotonic() - started)
-
-
-def _parallelism(spark: Any) -> int:
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # Spark Connect has no SparkContext
-        return max(1, int(spark.conf.get("spark.default.parallelism", "2")))
+    return ArchiveRun(
+        before=before, namespaces=done, stage_s=stage_s, trim_s=trim_s, store_bytes=reclaimed,
+        total_s=time.monotonic() - started,
+    )
 
 
 def _clean(root: Path, manifest: Manifest, progress: Progress) -> None:
@@ -190,24 +201,22 @@ def _clean(root: Path, manifest: Manifest, progress: Progress) -> None:
                     f.unlink()
 
 
-def _stage(spark: Any, data_dir: str | Path, plan: list[_sqlite.IdRange], staging: Path, size: int) -> None:
-    from pyspark.sql import functions as F
-
-    df = (
-        spark.read.format("tidings")
-        .schema(STAGING_COLUMNS)
-        .option("ranges", msgspec.json.encode(plan).decode())
-        .option("partitionSize", str(size))
-        .load(str(data_dir))
-    )
-    day = F.floor(F.col("timestamp") / F.lit(DAY_NS)).cast("int")
-    (
-        df.withColumn("date", F.date_from_unix_date(day))
-        .sortWithinPartitions("namespace", "date", "id")
-        .write.mode("overwrite")
-        .partitionBy("namespace", "date")
-        .parquet(str(staging))
-    )
+def _stage(db: Path, plan: list[_sqlite.IdRange], staging: Path, chunk_size: int, workers: int | None) -> None:
+    """Write the planned ranges into ``staging``, chunk by chunk, in worker processes."""
+    chunks = [
+        (str(db), r.namespace, lo, min(r.hi, lo + chunk_size - 1), str(staging), f"{lo:020d}")
+        for r in plan
+        for lo in range(r.lo, r.hi + 1, chunk_size)
+    ]
+    n = min(len(chunks), max(1, workers or os.cpu_count() or 1))
+    if n == 1:
+        for c in chunks:
+            _arrow.stage_chunk(*c)
+        return
+    # spawn: the caller may hold threads (a Spark gateway, an event loop) a fork would copy half-way.
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for f in [pool.submit(_arrow.stage_chunk, *c) for c in chunks]:
+            f.result()
 
 
 def _publish(root: Path, staging: Path, plan: list[_sqlite.IdRange], progress: Progress) -> dict[str, int]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TidingsError
+from .errors import PipelineError
 
 __all__ = ["add_pipeline_parser", "main", "parse_duration", "run_pipeline"]
 
@@ -65,8 +66,8 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     a.add_argument("--namespace", action="append", help="only this namespace (repeatable)")
     a.add_argument("--no-trim", action="store_true", help="leave archived events in the hot log")
     a.add_argument("--no-retention", action="store_true", help="do not expire archive partitions")
-    a.add_argument("--partition-size", type=int, default=1_000_000, help="events per Spark task")
-    a.add_argument("--master", help="Spark master or Spark Connect URL sc://HOST:PORT (default local[*])")
+    a.add_argument("--workers", type=int, help="worker processes that write Parquet (default: one per core)")
+    a.add_argument("--chunk-size", type=int, default=250_000, help="ids per worker task (default 250,000)")
     a.add_argument("--quiet", action="store_true", help="no progress on stderr")
     a.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
                    help=f"delete delivery records older than this (default {KEEP_DELIVERIES})")
@@ -74,6 +75,10 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     e = sub.add_parser("expire", parents=[common], help="delete archive partitions past their retention")
     e.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
                    help=f"delete delivery records older than this (default {KEEP_DELIVERIES})")
+
+    v = sub.add_parser("vacuum", parents=[common],
+                       help="switch an older store to incremental vacuum (rewrites the file; stop the server first)")
+    v.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     s = sub.add_parser("stats", parents=[common], help="delivery statistics and an HTML report")
     s.add_argument("--out", type=Path, default=Path("tidings-stats.html"),
@@ -99,48 +104,52 @@ def run_pipeline(args: argparse.Namespace) -> int:
             trimmed = _trim_deliveries(data_dir, args.keep_deliveries)
             _emit({"expired": [dataclasses.asdict(g) for g in gone], "deliveries_trimmed": trimmed})
             return 0
+        if args.pipeline_action == "vacuum":
+            from . import _sqlite
+
+            before = _sqlite.store_bytes(data_dir)
+            with _sqlite.connect(data_dir, write=True) as conn:
+                _sqlite.enable_vacuum(conn)
+                _sqlite.reclaim(conn)
+            _emit({"store_bytes": [before, _sqlite.store_bytes(data_dir)]})
+            return 0
         if args.pipeline_action == "stats":
             from .stats_cli import run_stats
 
             return run_stats(args, data_dir, archive_dir)
         return _archive(args, data_dir, archive_dir)
+    except PipelineError as e:
+        print(e.line(), file=sys.stderr)
+        return 2
     except TidingsError as e:
-        print(f"tidings pipeline: {e}", file=sys.stderr)
+        print(f"{getattr(e, 'code', 'error')}: {e}", file=sys.stderr)
         return 2
 
 
 def _archive(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int:
+    from ._human import fmt_count, fmt_rate, fmt_seconds
     from .archive import archive, expire
-    from .session import build
 
     started = time.monotonic()
+    now_ns = time.time_ns()  # --older-than counts from the command's start
 
     def progress(msg: str) -> None:
         if not args.quiet:
             print(f"[{time.monotonic() - started:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
-    progress("starting Spark" + (f" on {args.master}" if args.master else " (local[*])"))
-    show_bars = "true" if (not args.quiet and sys.stderr.isatty()) else "false"
-    spark = build(args.master, app_name="tidings-archive", conf={"spark.ui.showConsoleProgress": show_bars})
-    try:
-        spark.sparkContext.setLogLevel("WARN")
-    except Exception:  # Spark Connect sessions have no SparkContext
-        pass
-    try:
-        run = archive(
-            spark, data_dir=data_dir, archive_dir=archive_dir, older_than_s=args.older_than,
-            namespaces=args.namespace, trim=not args.no_trim, partition_size=args.partition_size,
-            progress=progress,
-        )
-        gone = [] if args.no_retention else expire(data_dir=data_dir, archive_dir=archive_dir)
-        trimmed = 0 if args.no_retention else _trim_deliveries(data_dir, args.keep_deliveries)
-    finally:
-        spark.stop()
+    run = archive(
+        data_dir=data_dir, archive_dir=archive_dir, older_than_s=args.older_than, now_ns=now_ns,
+        namespaces=args.namespace, trim=not args.no_trim, workers=args.workers, chunk_size=args.chunk_size,
+        progress=progress,
+    )
+    gone = [] if args.no_retention else expire(data_dir=data_dir, archive_dir=archive_dir, now_ns=now_ns)
+    trimmed = 0 if args.no_retention else _trim_deliveries(data_dir, args.keep_deliveries)
     rate = run.events / run.total_s if run.total_s else 0.0
-    progress(f"archived {run.events} events in {run.total_s:.1f} s ({rate:,.0f} events/s)")
+    progress(f"archived {fmt_count(run.events)} events in {fmt_seconds(run.total_s)} ({fmt_rate(rate)})")
     _emit({
-        "before": run.before, "events": run.events, "spark_s": round(run.spark_s, 3),
+        "before": run.before, "events": run.events, "stage_s": round(run.stage_s, 3), "trim_s": round(run.trim_s, 3),
         "total_s": round(run.total_s, 3), "namespaces": [dataclasses.asdict(n) for n in run.namespaces],
+        "store_bytes": list(run.store_bytes) if run.store_bytes else None,
         "expired": [dataclasses.asdict(g) for g in gone], "deliveries_trimmed": trimmed,
     })
     return 0

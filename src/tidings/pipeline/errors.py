@@ -26,3 +26,22 @@ class PipelineError(TidingsError):
         super().__init__(message)
         self.message = message
         self.code = code
+
+    def line(self) -> str:
+        """One line for a person: the code first, what to do last (``store_not_found: ...; give ...``)."""
+        text = self.message.removeprefix(f"{self.code}: ")
+        hint = HINTS.get(self.code)
+        if hint and hint not in text:
+            text = f"{text.rstrip('.')}; {hint}"
+        return f"{self.code}: {text}"
+
+
+HINTS: dict[str, str] = {
+    "store_not_found": "give --data-dir the folder holding the server's tidings.db",
+    "archive_busy": "wait for the running archive job to finish (its lock is released when it exits)",
+    "invalid_option": "correct the option (docs/pipeline.md lists them)",
+    "connect_missing": "pip install 'tidings[connect]'",
+    "data_loss": "restart the query from an offset the log still holds, or set failOnDataLoss=false",
+}
+"""What to do, per code, appended to a message that does not already say it (the messages of
+the other codes end with it themselves)."""

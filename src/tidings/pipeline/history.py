@@ -33,14 +33,13 @@ import pyarrow as pa
 from ..core.filters import Filter
 from ..core.jsonview import json_view_bytes
 from . import layout
+from ._arrow import SPARK_SCHEMA
 from .layout import Manifest
 
 __all__ = ["ARCHIVE_SCHEMA", "HISTORY_COLUMNS", "events", "json_view_udf"]
 
-ARCHIVE_SCHEMA: Final = (
-    "seq long, id long, prev_id long, timestamp long, source string, headers string, data string, "
-    "namespace string, date date"
-)
+ARCHIVE_SCHEMA: Final = f"{SPARK_SCHEMA}, namespace string, date date"
+"""The archive's columns as Spark reads them: those of the files and the partition columns."""
 HISTORY_COLUMNS: Final = (
     "seq", "namespace", "id", "prev_id", "timestamp", "time", "source", "headers", "data", "data_view",
 )
@@ -77,11 +76,11 @@ def events(
         # An explicit range narrows the read even in a session without filter pushdown.
         lo, hi = max(hwm + 1, from_id or 0), _INT64_MAX if to_id is None else to_id - 1
         hot = (
-            spark.read.format("tidings").schema(_HOT_SCHEMA)
+            spark.read.format("tidings").schema(_HOT_SCHEMA).option("origin", "hot")
             .option("ranges", msgspec.json.encode([[namespace, lo, hi]]).decode())
             .load(str(data_dir))
         )
-        parts.append(hot.where((F.col("namespace") == namespace) & (F.col("id") > hwm)))
+        parts.append(hot.where((F.col("namespace") == namespace) & (F.col("id") > hwm)).select(*HISTORY_COLUMNS))
     if not parts:
         df = spark.createDataFrame([], _HOT_SCHEMA)
     else:
@@ -92,12 +91,6 @@ def events(
         df = df.where(F.col("id") >= from_id)
     if to_id is not None:
         df = df.where(F.col("id") < to_id)
-    df = df.select(
-        *HISTORY_COLUMNS[:5],
-        F.timestamp_micros(F.floor(F.col("timestamp") / 1000)).alias("time"),
-        "source", "headers", "data",
-        F.parse_json(json_view_udf(F.col("data"))).alias("data_view"),
-    )
     if filter is not None:
         from .filters import to_column
 
@@ -105,8 +98,8 @@ def events(
     return df
 
 
-_HOT_SCHEMA: Final = "seq long, namespace string, id long, prev_id long, timestamp long, source string, " \
-    "headers string, data string"
+_HOT_SCHEMA: Final = "seq long, namespace string, id long, prev_id long, timestamp long, time timestamp, " \
+    "source string, headers string, data string, data_view variant"
 
 
 def _archived(spark: Any, root: Path, namespace: str, hwm: int) -> Any:
@@ -117,17 +110,16 @@ def _archived(spark: Any, root: Path, namespace: str, hwm: int) -> Any:
         return None
     df = spark.read.schema(ARCHIVE_SCHEMA).option("basePath", str(root)).parquet(str(ns_dir))
     # Files above the mark belong to a run that has not finished: never read them.
-    return df.where(F.col("id") <= hwm).select(*_HOT_SCHEMA_NAMES)
-
-
-_HOT_SCHEMA_NAMES: Final = ("seq", "namespace", "id", "prev_id", "timestamp", "source", "headers", "data")
+    return df.where(F.col("id") <= hwm).withColumnRenamed("payload", "data_view").select(*HISTORY_COLUMNS)
 
 
 def json_view_udf(col: Any) -> Any:
     """A column: the JSON view text of the ICRC-16 wire JSON in ``col``.
 
     The view is computed in Python (the wire-to-view rules live in
-    :mod:`tidings.core.jsonview`), as an Arrow UDF over whole batches.
+    :mod:`tidings.core.jsonview`), as an Arrow UDF over whole batches. The archive
+    stores the view as a VARIANT already (``payload``) and the source makes one
+    (``data_view``), so history needs neither.
     """
     return _view_udf()(col)
 

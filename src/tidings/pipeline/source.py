@@ -18,8 +18,8 @@ Python data sources cannot prune columns, so a reader given a narrower schema
 (``spark.read.format("tidings").schema("namespace string, id long, data string")``)
 produces just those columns and skips the work of the others (``data_json`` costs a
 JSON decode and encode per event). A schema may also ask for ``data_view variant``: the
-JSON view as a ``VARIANT`` straight from the source, which filters query
-(``to_column(f, "data_view")``), at some 35 µs of Python per event.
+JSON view as a ``VARIANT`` straight from the source (:mod:`tidings.pipeline._variant`),
+which filters query (``to_column(f, "data_view")``).
 
 Reads are split into id-range partitions of about ``partitionSize`` events (option,
 default 100,000), small namespaces packed together, so they run in parallel. With
@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -62,10 +63,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType, VariantType
-from pyspark.sql.variant_utils import VariantUtils
 
 from ..core.jsonview import json_view_bytes
-from . import _sqlite
+from . import _logical, _sqlite, _variant
 from .errors import PipelineError
 
 __all__ = ["COLUMNS", "EVENT_SCHEMA", "TidingsDataSource", "TidingsReader", "check_schema", "register", "to_batch"]
@@ -90,11 +90,11 @@ COLUMNS: Final = {
     "data_view": VariantType(),
 }
 """Every column a reader can be asked for: those of :data:`EVENT_SCHEMA`, and ``data_view``,
-the JSON view as a ``VARIANT`` built in Python (about 35 µs an event: ask for it only
-when you want the source itself to give the VARIANT; ``F.parse_json("data_json")`` is
-faster)."""
+the JSON view as a ``VARIANT`` built in Python (:mod:`tidings.pipeline._variant`, a few µs an
+event)."""
 DEFAULT_PARTITION_SIZE: Final = 100_000
 _INT_COLUMNS: Final = ("id", "seq", "timestamp")
+_INT64_MAX: Final = 2**63 - 1
 _decode = msgspec.json.decode
 
 
@@ -170,9 +170,11 @@ class _Bounds:
 class TidingsReader(DataSourceReader):
     def __init__(
         self, path: str, columns: list[str], arrow_schema: pa.Schema, bounds: _Bounds,
-        partition_size: int, ranges: list[_sqlite.IdRange] | None,
+        partition_size: int, ranges: list[tuple[str, int, int]] | None, archive: str, origin: str = "both",
     ) -> None:
         self.path = path
+        self.archive = archive
+        self.origin = origin
         self.columns = columns
         self.arrow_schema = arrow_schema
         self.bounds = bounds
@@ -197,12 +199,17 @@ class TidingsReader(DataSourceReader):
             size = int(opts.get("partitionsize", DEFAULT_PARTITION_SIZE))
             ranges = None
             if "ranges" in opts:
-                ranges = [_sqlite.IdRange(str(ns), int(lo), int(hi)) for ns, lo, hi in json.loads(opts["ranges"])]
+                ranges = [(str(ns), int(lo), int(hi)) for ns, lo, hi in json.loads(opts["ranges"])]
         except (ValueError, TypeError) as e:
             raise PipelineError(f"bad tidings source option: {e}", code="invalid_option") from e
         if size < 1:
             raise PipelineError("partitionSize must be positive", code="invalid_option")
-        return cls(path, schema.fieldNames(), to_arrow_schema(schema, timezone="UTC"), bounds, size, ranges)
+        archive = str(_logical.archive_root(path, opts.get("archive")))
+        origin = opts.get("origin", "both")
+        if origin not in ("both", "hot", "archive"):
+            raise PipelineError(f"origin is 'both', 'hot' or 'archive', not {origin!r}", code="invalid_option")
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        return cls(path, schema.fieldNames(), arrow_schema, bounds, size, ranges, archive, origin)
 
     # -- planning (driver) ---------------------------------------------------------
 
@@ -245,35 +252,26 @@ class TidingsReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         b = self.bounds
-        wanted: list[_sqlite.IdRange] = []
         with _sqlite.connect(self.path) as conn:
-            if self.ranges is not None:
-                # Clamped to the ids the log holds: a range may be open-ended (up to 2**63 - 1).
-                candidates = []
-                for r in self.ranges:
-                    bounds = _sqlite.id_bounds(conn, r.namespace)
-                    if bounds is not None:
-                        candidates.append(_sqlite.IdRange(r.namespace, max(r.lo, bounds[0]), min(r.hi, bounds[1])))
-            else:
-                names = _sqlite.namespaces(conn) if b.namespaces is None else sorted(b.namespaces)
-                candidates = [
-                    _sqlite.IdRange(ns, *bounds) for ns in names if (bounds := _sqlite.id_bounds(conn, ns))
-                ]
-        for r in candidates:
-            if b.namespaces is not None and r.namespace not in b.namespaces:
-                continue
-            lo, hi = max(r.lo, b.lo.get("id", r.lo)), min(r.hi, b.hi.get("id", r.hi))
-            if lo <= hi:
-                wanted.append(_sqlite.IdRange(r.namespace, lo, hi))
-        return _pack(wanted, self.partition_size)
+            pieces = _logical.plan(
+                conn, Path(self.archive), b.namespaces, b.lo.get("id", 0), b.hi.get("id", _INT64_MAX), self.ranges
+            )
+        if self.origin != "both":
+            pieces = [p for p in pieces if p.archived == (self.origin == "archive")]
+        return _pack(pieces, self.partition_size)
 
     # -- reading (executors) -------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         where, params = self._where()
         with _sqlite.connect(self.path) as conn:
-            for r in partition.value or ():  # Spark reads one empty partition when none were planned
-                for rows in _sqlite.read_range(conn, r, where, params):
+            for p in partition.value or ():  # Spark reads one empty partition when none were planned
+                if p.archived:
+                    yield from _logical.archived_batches(
+                        Path(self.archive), p, self.columns, self.arrow_schema, self.bounds.lo, self.bounds.hi
+                    )
+                    continue
+                for rows in _sqlite.read_range(conn, _sqlite.IdRange(p.namespace, p.lo, p.hi), where, params):
                     yield self._batch(rows)
 
     def _where(self) -> tuple[str, list[int]]:
@@ -312,10 +310,7 @@ def to_batch(rows: list[tuple[Any, ...]], columns: list[str], arrow_schema: pa.S
         elif name == "data_json":
             values = [json_view_bytes(_decode(r[7])).decode() for r in rows]
         elif name == "data_view":
-            values = [
-                {"value": v, "metadata": m}
-                for v, m in (VariantUtils.parse_json(json_view_bytes(_decode(r[7])).decode()) for r in rows)
-            ]
+            values = [{"value": v, "metadata": m} for m, v in (_variant.encode(_decode(r[7])) for r in rows)]
         else:
             values = [r[_ROW_INDEX[name]] for r in rows]
         arrays.append(pa.array(values, type=arrow_schema.field(name).type))
@@ -325,16 +320,16 @@ def to_batch(rows: list[tuple[Any, ...]], columns: list[str], arrow_schema: pa.S
 _ROW_INDEX: Final = {"seq": 0, "namespace": 1, "id": 2, "prev_id": 3, "timestamp": 4, "source": 5}
 
 
-def _pack(ranges: list[_sqlite.IdRange], size: int) -> list[InputPartition]:
-    """Split big ranges into pieces of ``size`` ids and pack small ones together."""
+def _pack(pieces: list[_logical.Piece], size: int) -> list[InputPartition]:
+    """Split big pieces into pieces of ``size`` ids and pack small ones together."""
     parts: list[InputPartition] = []
-    current: list[_sqlite.IdRange] = []
+    current: list[_logical.Piece] = []
     room = size
-    for r in ranges:
+    for r in pieces:
         lo = r.lo
         while lo <= r.hi:
             hi = min(r.hi, lo + room - 1)
-            current.append(_sqlite.IdRange(r.namespace, lo, hi))
+            current.append(_logical.Piece(r.namespace, lo, hi, r.archived))
             room -= hi - lo + 1
             lo = hi + 1
             if room == 0:

@@ -150,7 +150,7 @@ def frames(
             df = df.where(F.col(col) < until_ns)
         return df
 
-    hot = spark.read.format("tidings").schema(_EVENT_SCHEMA).load(path)
+    hot = spark.read.format("tidings").schema(_EVENT_SCHEMA).option("origin", "hot").load(path)
     events = window(_with_archive(spark, hot, archive_dir, since_ns), "timestamp")
     outcomes = window(spark.read.format("tidings").option("table", "deliveries").load(path), "settled_at")
     pending = window(spark.read.format("tidings").option("table", "pending").load(path), "created_at")

@@ -10,12 +10,25 @@ The offset is ``{"seq": n}``: every event with a ``seq`` up to ``n`` has been re
 store's single writer commits ``seq`` values in order, so once a reader sees ``n``
 committed, no event with a lower ``seq`` can appear later: a micro-batch ``(start, end]``
 reads the same rows however often it is replayed, and Spark's checkpoint (the offsets
-it logged) is all the recovery needs. Rows trimmed by retention or archiving before a
-replayed batch reads them are gone from it.
+it logged) is all the recovery needs.
+
+The stream reads the logical log: events the archive job moved out of the hot log are
+read from the archive (ids up to each namespace's mark, read when the micro-batch is
+planned), so archiving never removes anything from a stream. Events trimmed without
+being archived (retention, or the archive's own retention) are lost to a query that had
+not read them yet: the log's ``seq`` is dense (the single writer numbers events one by
+one, and trimming never removes the last), so a micro-batch knows how many events of its
+range are gone. By default the query then fails with :class:`PipelineError`
+``data_loss``; with ``failOnDataLoss=false`` (as for Spark's Kafka source) the gap is
+logged as a warning and counted in the offset (``{"seq": n, "lost": k}``, cumulative,
+visible in ``query.lastProgress``). A query reading some namespaces only counts the gaps
+in their id chains (an event's id follows the previous one of its namespace).
 
 Options: ``startingOffsets`` (``earliest``, ``latest`` (default) or a ``seq``),
 ``namespace`` (comma-separated), ``maxEventsPerTrigger``, ``partitionSize`` (events per
-task, default 100,000). ``Trigger.AvailableNow`` reads up to the ``seq`` current when the
+task, default 100,000), ``archive`` (default ``<data dir>/archive``), ``failOnDataLoss``
+(default true). ``earliest`` is the earliest event the log still holds, as for Kafka.
+``Trigger.AvailableNow`` reads up to the ``seq`` current when the
 query starts, then stops.
 
 Lifecycle: the reader is made on the driver, where ``initialOffset``, ``latestOffset``
@@ -24,8 +37,10 @@ and ``partitions`` run; ``read`` runs on executors with its own SQLite connectio
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from pathlib import Path
+from typing import Final
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -33,11 +48,14 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from . import _sqlite
+from . import _logical, _sqlite
 from .errors import PipelineError
+from .layout import Manifest
 from .source import DEFAULT_PARTITION_SIZE, check_schema, to_batch
 
 __all__ = ["TidingsStreamReader"]
+
+log = logging.getLogger("tidings.pipeline.stream")
 
 _READ_BATCH: Final = 10_000
 
@@ -45,9 +63,11 @@ _READ_BATCH: Final = 10_000
 class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(
         self, path: str, columns: list[str], arrow_schema: pa.Schema, namespaces: list[str] | None,
-        starting: str, max_events: int | None, partition_size: int,
+        starting: str, max_events: int | None, partition_size: int, archive: str = "", fail_on_loss: bool = True,
     ) -> None:
         self.path = path
+        self.archive = archive
+        self.fail_on_loss = fail_on_loss
         self.columns = columns
         self.arrow_schema = arrow_schema
         self.namespaces = namespaces
@@ -72,8 +92,12 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except ValueError as e:
             raise PipelineError(f"bad tidings stream option: {e}", code="invalid_option") from e
         names = [n.strip() for n in opts["namespace"].split(",") if n.strip()] if "namespace" in opts else None
+        fail = opts.get("failondataloss", "true").strip().lower()
+        if fail not in ("true", "false"):
+            raise PipelineError(f"failOnDataLoss is true or false, not {fail!r}", code="invalid_option")
         return cls(
             path, schema.fieldNames(), to_arrow_schema(schema, timezone="UTC"), names, starting, max_events, size,
+            str(_logical.archive_root(path, opts.get("archive"))), fail == "true",
         )
 
     # -- offsets (driver) ------------------------------------------------------------
@@ -82,9 +106,22 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with _sqlite.connect(self.path) as conn:
             return int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
 
+    def _marks(self) -> dict[str, int]:
+        marks = {ns: st.hwm for ns, st in Manifest.load(Path(self.archive)).namespaces.items() if st.hwm > 0}
+        return marks if self.namespaces is None else {k: v for k, v in marks.items() if k in self.namespaces}
+
+    def _earliest(self) -> int:
+        """The offset before the earliest event the logical log holds."""
+        with _sqlite.connect(self.path) as conn:
+            sql, params = _logical.marks_sql(self._marks())
+            hot = conn.execute(f"SELECT MIN(seq) FROM events WHERE 1 {sql}", params).fetchone()[0]
+        arch = _logical.archived_seq_table(Path(self.archive), self._marks(), 0, 2**63 - 1, ("seq",))
+        firsts = [x for x in (hot, arch.column("seq")[0].as_py() if arch.num_rows else None) if x is not None]
+        return min(firsts) - 1 if firsts else 0
+
     def initialOffset(self) -> dict[str, int]:
         if self.starting == "earliest":
-            return {"seq": 0}
+            return {"seq": self._earliest()}
         if self.starting == "latest":
             return {"seq": self._head()}
         return {"seq": int(self.starting)}
@@ -96,6 +133,54 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.until = self._head()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        end = self._end(start, limit)
+        lost = int(start.get("lost", 0))
+        if end > int(start["seq"]):
+            gone = self._lost(int(start["seq"]), end)
+            if gone:
+                what = f"{gone:,} events between seq {int(start['seq']) + 1:,} and {end:,} are gone from the log"
+                if self.fail_on_loss:
+                    raise PipelineError(
+                        f"data_loss: {what} (trimmed by retention before this query read them); restart the "
+                        "query from an offset the log still holds, or set failOnDataLoss=false to skip them",
+                        code="data_loss",
+                    )
+                lost += gone
+                log.warning("tidings stream: %s; skipped (failOnDataLoss=false), %s lost in all", what, f"{lost:,}")
+        return {"seq": end, "lost": lost} if lost else {"seq": end}
+
+    def _lost(self, after: int, upto: int) -> int:
+        """How many events of this query with ``after < seq <= upto`` the logical log no longer holds."""
+        marks = self._marks()
+        sql, params = _logical.marks_sql(marks)
+        arch = _logical.archived_seq_table(Path(self.archive), marks, after, upto, ("seq", "id"))
+        with _sqlite.connect(self.path) as conn:
+            if self.namespaces is None:  # every seq is an event: count the holes
+                hot = conn.execute(
+                    f"SELECT COUNT(*) FROM events WHERE seq > ? AND seq <= ? {sql}", (after, upto, *params)
+                ).fetchone()[0]
+                return (upto - after) - int(hot) - arch.num_rows
+            gone = 0
+            for ns in self.namespaces:  # the id chain of each: ids found, and the last one before the range
+                ids = [i for (i,) in conn.execute(
+                    f"SELECT id FROM events WHERE namespace = ? AND seq > ? AND seq <= ? {sql}",
+                    (ns, after, upto, *params),
+                )]
+                ids += [i for n, i in zip(arch.column("namespace").to_pylist(), arch.column("id").to_pylist(),
+                                          strict=True) if n == ns]
+                if not ids:
+                    continue
+                prev = conn.execute(
+                    f"SELECT MAX(id) FROM events WHERE namespace = ? AND seq <= ? {sql}", (ns, after, *params)
+                ).fetchone()[0]
+                if prev is None and marks.get(ns):
+                    before = _logical.archived_seq_table(Path(self.archive), {ns: marks[ns]}, 0, after, ("id",))
+                    prev = max(before.column("id").to_pylist(), default=None)
+                first = min(ids)
+                gone += (max(ids) - first + 1 - len(ids)) + (first - 1 - prev if prev is not None else 0)
+            return gone
+
+    def _end(self, start: dict[str, int], limit: ReadLimit) -> int:
         after = int(start["seq"])
         end = self._head() if self.until is None else self.until
         if isinstance(limit, ReadMaxRows) and limit.max_rows > 0:
@@ -105,11 +190,14 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ).fetchone()
             if row is not None:
                 end = min(end, int(row[0]))
-        return {"seq": max(after, end)}
+        return max(after, end)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         lo, hi = int(start["seq"]), int(end["seq"])
-        return [InputPartition((a, min(hi, a + self.partition_size))) for a in range(lo, hi, self.partition_size)]
+        marks = self._marks()
+        return [
+            InputPartition((a, min(hi, a + self.partition_size), marks)) for a in range(lo, hi, self.partition_size)
+        ]
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the hot log keeps events by its own rules, not by readers."""
@@ -117,12 +205,14 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- reading (executors) -----------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        after, hi = partition.value
-        where = ""
-        params: list[Any] = []
+        after, hi, marks = partition.value
+        archived = _logical.archived_seq_table(Path(self.archive), marks, after, hi)
+        if archived.num_rows:  # archived ids precede the hot ones of their namespace, but not of others
+            yield from _logical.columns_of(archived, self.columns, self.arrow_schema)
+        where, params = _logical.marks_sql(marks)
         if self.namespaces is not None:
-            where = f"AND namespace IN ({','.join('?' * len(self.namespaces))})"
-            params = list(self.namespaces)
+            where += f" AND namespace IN ({','.join('?' * len(self.namespaces))})"
+            params += list(self.namespaces)
         with _sqlite.connect(self.path) as conn:
             while after < hi:
                 rows = conn.execute(

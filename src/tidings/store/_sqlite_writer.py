@@ -59,6 +59,9 @@ class Writer(threading.Thread):
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=True)
             conn.execute("PRAGMA busy_timeout=10000")
+            # Pages freed by trimming go back to the filesystem (the archive job runs
+            # incremental_vacuum). Takes effect only on a new file, before any table.
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
