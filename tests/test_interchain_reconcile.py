@@ -155,3 +155,39 @@ async def test_reconcile_twice_republishes_nothing_with_escaped_ids(spark: Any, 
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await nc.jetstream().delete_stream(js_stream)
         await nc.close()
+
+
+async def test_reconcile_reads_the_archive_too(spark: Any, tmp_path: Path, server: ServerProcess) -> None:
+    """Events the archive job moved out of the broker's hot log still count as present on
+    the broker: archiving and trimming make reconciliation republish nothing."""
+    from tidings.pipeline.archive import archive
+
+    tag = uuid.uuid4().hex[:10]
+    stream, namespace = f"test:dlt:{tag}", f"dlt.arch{tag}"
+    r = aioredis.Redis()
+    state = SQLiteState(tmp_path / "state.db")
+    await state.open()
+    ctx = NetworkContext(public_url="http://127.0.0.1:1", state=state)
+    networks: list[Network] = [
+        RedisStreamNetwork("R", {"stream": stream}, ctx),
+        BrokerNetwork("T", {"url": server.url, "token": server.admin_token, "data_dir": str(server.data_dir),
+                            "namespace": namespace}, ctx),
+    ]
+    try:
+        for n in networks:
+            await n.open()
+        for i in range(6):
+            for n in networks:
+                await n.publish(msgspec.convert(event(f"e{i}"), DltPublish))
+        run = archive(data_dir=server.data_dir, archive_dir=server.data_dir / "archive", older_than_s=0,
+                      namespaces=[namespace])
+        assert run.events == 6 and run.namespaces[0].trimmed >= 5  # out of the hot log
+        report = await reconcile(networks, state, spark)
+        assert [(n.name, n.events, n.missing, n.error) for n in report.networks] == [
+            ("R", 6, [], None), ("T", 6, [], None)]
+    finally:
+        for n in networks:
+            await n.close()
+        await state.close()
+        await r.delete(stream)
+        await r.aclose()

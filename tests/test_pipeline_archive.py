@@ -289,3 +289,27 @@ def test_archive_and_trim_give_disk_space_back(tmp_path: Path) -> None:
     assert run.store_bytes is not None and run.store_bytes[0] >= before * 0.9
     after = _sqlite.store_bytes(data)
     assert after == run.store_bytes[1] and after < before / 3, (before, after)
+
+
+def test_compact_merges_small_files_and_recovers_a_killed_swap(tmp_path: Path) -> None:
+    """Three archive runs leave several files per date; compaction leaves one, same rows;
+    a swap killed between its renames is finished by the next run."""
+    from tidings.pipeline.compact import compact
+
+    data, root = tmp_path / "var", tmp_path / "archive"
+    stored = make_store(data, {"a": 30}, step_ns=HOUR_NS // 4)  # all on 2026-01-01
+    for k in (1, 2, 3):
+        archive(data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + k * 2 * HOUR_NS, trim=False)
+    day = layout.namespace_dir(root, "a") / "date=2026-01-01"
+    assert len(list(day.glob("*.parquet"))) == 3
+    before = sorted(archived(root))
+    # A swap killed between its two renames: the old partition moved away, the new one not in place.
+    (day.parent / "_old-date=2026-01-01").mkdir()
+    os.replace(day, day.parent / "_compact-date=2026-01-01")
+    done = compact(root)
+    assert [(c.namespace, c.date, c.files) for c in done] == [("a", "2026-01-01", 3)]
+    files = list(day.glob("*.parquet"))
+    assert [f.name for f in files] == [layout.file_name(1, 24, 0)]
+    assert sorted(archived(root)) == before and len(before) == 24
+    assert not list(day.parent.glob("_*"))
+    assert_exactly_once(data, root, stored)

@@ -1,21 +1,25 @@
-"""``tidings pipeline ...``: the Spark jobs from the command line.
+"""``tidings pipeline ...``: the archive and Spark jobs from the command line.
 
 ::
 
     tidings pipeline archive [--data-dir D] [--archive-dir A] [--older-than 30d] [--namespace NS ...]
-                             [--no-trim] [--no-retention] [--partition-size N] [--master URL]
+                             [--no-trim] [--no-retention] [--workers N] [--chunk-size N]
                              [--keep-deliveries 30d]
     tidings pipeline expire  [--data-dir D] [--archive-dir A] [--keep-deliveries 30d]
+    tidings pipeline compact [--archive-dir A] [--min-files 2]
+    tidings pipeline vacuum  [--data-dir D]
     tidings pipeline stats   [--data-dir D] [--archive-dir A] [--out report.html] [--since 24h]
                              [--bucket 1h] [--master URL]
 
-``archive`` moves old events into the Parquet archive, trims the hot log, then applies
-the registry's retention to the archive and to the delivery records; ``expire`` only
-applies retention (no Spark). ``stats`` computes the delivery statistics and writes
-their HTML report (:mod:`tidings.pipeline.stats_cli`). All print a JSON summary on
-stdout and their progress on stderr. ``--master`` runs on
-a cluster (``spark://...``, ``yarn``, ``k8s://...``) or, as ``sc://host:port``, through
-Spark Connect; the default is ``local[*]``.
+``archive`` moves old events into the Parquet archive (worker processes and pyarrow,
+no Spark), trims the hot log and gives its free pages back, then applies the registry's
+retention to the archive and to the delivery records; ``expire`` only applies retention;
+``compact`` merges small archive files; ``vacuum`` converts an older store to incremental
+vacuum. ``stats`` (Spark) computes the delivery statistics and writes their HTML report
+(:mod:`tidings.pipeline.stats_cli`); its ``--master`` runs on a cluster (``spark://...``,
+``yarn``, ``k8s://...``) or, as ``sc://host:port``, through Spark Connect; the default is
+``local[*]``. All print a JSON summary on stdout and their progress on stderr; an error
+is one line on stderr starting with its code and ending with what to do (exit status 2).
 
 Wired into ``tidings`` by :func:`add_pipeline_parser` and :func:`run_pipeline`; also
 runnable alone as ``python -m tidings.pipeline``.
@@ -53,7 +57,9 @@ def parse_duration(text: str) -> float:
 
 def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``pipeline`` and its actions to ``tidings``' subparsers; returns the ``pipeline`` parser."""
-    p: argparse.ArgumentParser = subparsers.add_parser("pipeline", help="Spark jobs: archive the log, retention")
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "pipeline", help="archive the log to Parquet, retention, compaction, statistics (Spark)"
+    )
     sub = p.add_subparsers(dest="pipeline_action", required=True)
 
     common = argparse.ArgumentParser(add_help=False)
@@ -75,6 +81,10 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     e = sub.add_parser("expire", parents=[common], help="delete archive partitions past their retention")
     e.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
                    help=f"delete delivery records older than this (default {KEEP_DELIVERIES})")
+
+    c = sub.add_parser("compact", parents=[common], help="merge each archive date partition's files into one")
+    c.add_argument("--min-files", type=int, default=2, help="merge partitions with at least this many files")
+    c.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     v = sub.add_parser("vacuum", parents=[common],
                        help="switch an older store to incremental vacuum (rewrites the file; stop the server first)")
@@ -103,6 +113,13 @@ def run_pipeline(args: argparse.Namespace) -> int:
             gone = expire(data_dir=data_dir, archive_dir=archive_dir)
             trimmed = _trim_deliveries(data_dir, args.keep_deliveries)
             _emit({"expired": [dataclasses.asdict(g) for g in gone], "deliveries_trimmed": trimmed})
+            return 0
+        if args.pipeline_action == "compact":
+            from .compact import compact
+
+            done = compact(archive_dir, min_files=args.min_files,
+                           progress=lambda m: None if args.quiet else print(m, file=sys.stderr, flush=True))
+            _emit({"compacted": [dataclasses.asdict(x) for x in done]})
             return 0
         if args.pipeline_action == "vacuum":
             from . import _sqlite

@@ -57,6 +57,7 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
     }
     builder: Any = SparkSession.builder.appName(app_name)
     if master is not None and master.startswith("sc://"):
+        _require_connect(master)
         builder = builder.remote(master)
     else:
         if not java_available():
@@ -71,6 +72,26 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
     spark = builder.getOrCreate()
     prepare(spark)
     return spark
+
+
+def _require_connect(master: str) -> None:
+    """:class:`PipelineError` ``connect_missing`` (one line, naming the extra) without the Connect client."""
+    missing = [m for m in ("grpc", "grpc_status", "google.rpc", "pandas", "zstandard") if not _importable(m)]
+    if missing:
+        raise PipelineError(
+            f"--master {master} is Spark Connect, whose client needs {', '.join(missing)} (not installed); "
+            "pip install 'tidings[connect]'",
+            code="connect_missing",
+        )
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module set to None
+        return False
 
 
 def prepare(spark: Any) -> None:
