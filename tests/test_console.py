@@ -365,6 +365,16 @@ async def test_principals_and_tokens_for_admins_and_broadcasters(
         f"{server.url}/v1/tidings_whoami", headers={"authorization": f"Bearer {token}"}
     ) as resp:
         assert resp.status == 401
+    # One token revoked by pasting it: only that one.
+    dave = await principal(server, "dave")
+    form = page.locator("#revoke-one")
+    await form.locator("input[name=principal]").fill("dave")
+    await form.locator("input[name=token]").fill("tid_not_a_token")
+    await form.locator("button[type=submit]").click()
+    await expect(page.locator("#revoked-token .error")).to_have_text("dave: 0 token(s) revoked")
+    await form.locator("input[name=token]").fill(dave)
+    await form.locator("button[type=submit]").click()
+    await expect(page.locator("#revoked-token .ok")).to_have_text("dave: 1 token(s) revoked")
     # Creating a principal that exists: the API's refusal, inline.
     await page.fill("input[name=name]", "carol")
     await page.get_by_role("button", name="Create", exact=True).click()

@@ -1,6 +1,6 @@
 // Principals and tokens (admins), and the broadcasters with what they are assigned.
 import { call, get } from "./api.js";
-import { clear, field, h, itemResults, pager, showError, time } from "./dom.js";
+import { clear, field, h, pager, showError, time } from "./dom.js";
 
 export function principalsView(root, ctx) {
   if (!ctx.me.admin) {
@@ -14,7 +14,7 @@ export function principalsView(root, ctx) {
   root.append(
     h("h1", {}, "Principals and tokens"),
     h("form", { class: "inline", role: "search", onsubmit: (ev) => { ev.preventDefault(); load(null); } }, field("Search", q), h("button", { type: "submit" }, "Search")),
-    out, box, pagerBox, createForm());
+    out, box, pagerBox, createForm(), revokeOneForm());
 
   async function load(after) {
     let page;
@@ -46,6 +46,22 @@ export function principalsView(root, ctx) {
           load(null);
         } catch (e) { showError(res, e); }
       } }, field("Name", name), h("label", {}, admin, " admin"), h("button", { type: "submit" }, "Create")), res);
+  }
+
+  function revokeOneForm() {
+    const name = h("input", { name: "principal", required: true });
+    const tok = h("input", { name: "token", type: "password", autocomplete: "off", required: true });
+    const res = h("div", { id: "revoked-token" });
+    return h("section", { class: "card" }, h("h2", {}, "Revoke one token"),
+      h("p", { class: "muted" }, "A token that leaked: its principal keeps its other tokens."),
+      h("form", { class: "inline", id: "revoke-one", onsubmit: async (ev) => {
+        ev.preventDefault();
+        try {
+          const r = await call("tidings_revoke_tokens", { principal: name.value.trim(), token: tok.value.trim() });
+          tok.value = "";
+          clear(res).append(h("p", { class: r.revoked ? "ok" : "error" }, name.value.trim() + ": " + r.revoked + " token(s) revoked"));
+        } catch (e) { showError(res, e); }
+      } }, field("Principal", name), field("Token", tok), h("button", { type: "submit" }, "Revoke")), res);
   }
 
   load(null);
