@@ -7,6 +7,7 @@ one by one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -166,3 +167,18 @@ async def test_pages_are_bounded_searched_and_chained(server: ServerProcess) -> 
     assert status == 400 and body["error"]["code"] == "invalid_argument"
     status, body = await get(server, f"subscriptions?after={2**63}", server.admin_token)
     assert status == 400 and body["error"]["code"] == "out_of_range"
+
+
+async def test_open_streams_end_by_themselves_when_the_server_shuts_down(server: ServerProcess) -> None:
+    await api(server, "icrc72_register_publication", [{"namespace": NS}])
+    (s,) = await api(server, "icrc72_register_subscription", [{"namespace": NS, "endpoint": HOOK}])
+    tail = events(server, f"tail?namespace={NS}", server.admin_token)
+    stats = events(server, f"stats?ids={s['Ok']}", server.admin_token)
+    await first(tail, "ready")
+    await first(stats, "stats")
+    await asyncio.to_thread(server.stop)
+    # Both streams ended cleanly (no reset), and none had to be cut by uvicorn's grace period.
+    assert [x async for x in tail if x[0] == "end"] == []
+    assert [x async for x in stats if x[0] == "end"] == []
+    log = (server.data_dir / "server.log").read_text()
+    assert "graceful shutdown exceeded" not in log, log
