@@ -115,3 +115,35 @@ def test_disjoint_proves_the_usual_cases() -> None:
     assert disjoint(kind("a"), kind("b")) and not disjoint(kind("a"), kind("a"))
     assert disjoint({"const": True}, {"const": 1}) and not disjoint({"const": 1}, {"enum": [1.0]})
     assert not disjoint({"$ref": "#/$defs/x", "type": "string"}, {"type": "integer"})  # not looked into
+
+
+def pets(**extra: dict[str, Any]) -> dict[str, Any]:
+    """A discriminated union through references, as pydantic writes one."""
+    def pet(kind_: str) -> dict[str, Any]:
+        return {**OBJ, "properties": {"kind": {"const": kind_}, "lives": {"type": "integer"}, **extra.get(kind_, {})},
+                "required": ["kind"], "additionalProperties": False}
+    return {"$defs": {"Cat": pet("cat"), "Dog": pet("dog")},
+            "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]}
+
+
+def test_branches_behind_references_are_proven_apart() -> None:
+    old = pets()
+    both_changed = pets(cat={"name": {"type": "string"}}, dog={"breed": {"type": "string"}})
+    assert found("BACKWARD", both_changed, old) == set()
+    # The old closed models cannot read the new properties: no old branch fits.
+    assert found("FORWARD", both_changed, old) == {("$.oneOf", "sum-type-extended")}
+    # A branch added behind a reference, with its own discriminator value.
+    with_bird = pets(cat={"name": {"type": "string"}})
+    with_bird["$defs"]["Bird"] = {**with_bird["$defs"]["Cat"], "properties": {"kind": {"const": "bird"}}}
+    with_bird["oneOf"].append({"$ref": "#/$defs/Bird"})
+    assert found("BACKWARD", with_bird, old) == set()
+    # ... but one that shares the cat's discriminator may also match a cat.
+    with_bird["$defs"]["Bird"]["properties"]["kind"] = {"const": "cat"}
+    assert ("$.oneOf", "sum-type-narrowed") in found("BACKWARD", with_bird, old)
+
+
+def test_reference_cycles_prove_nothing() -> None:
+    loop = {"$defs": {"L": {"$ref": "#/$defs/L"}}}
+    assert disjoint({"$ref": "#/$defs/L"}, {"type": "string"}, lambda n: [loop["$defs"]["L"]], None) is False
+    new = {**loop, "oneOf": [{"type": "string"}, {"$ref": "#/$defs/L"}]}
+    assert found("BACKWARD", new, {"type": "string"})  # refused, and it terminates

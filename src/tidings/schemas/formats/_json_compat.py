@@ -162,6 +162,12 @@ class _Checker:
             return
         self.issues.update(first)
 
+    def parts(self, reader: bool, node: dict[str, Any]) -> list[Any]:
+        """A node with a reference as the schemas it is the conjunction of: the target
+        (when it resolves) and the sibling keywords (when the draft applies them)."""
+        target, rest = self._split(self.r if reader else self.w, node)
+        return [x for x in (target, rest) if x is not UNRESOLVED and x is not True]
+
     def keep(self, key: Any, make: Callable[[], Any]) -> Any:
         """A schema derived from the walked ones (a joined branch), made once per key and
         kept alive, so that ``seen`` (keyed by ids) never mistakes a new one for an old one."""

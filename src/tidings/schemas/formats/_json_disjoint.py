@@ -12,34 +12,45 @@ False (not proven) for anything else:
 - objects only, where one side requires a property that the other side forbids, or gives
   a schema disjoint from its own (the usual discriminator: ``"kind": {"const": "a"}``).
 
-A schema with a reference is not looked into (its siblings may be ignored before 2019-09).
+A schema with a reference is looked into through ``expand``, which gives the schemas it
+is the conjunction of (its target, and its siblings where the draft applies them); each
+is a superset of it, so proving any of them disjoint is enough. Without ``expand`` (or
+past ``MAX_DEPTH`` steps, as with a reference cycle) nothing is proven.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from . import _json_rules as rules
 from ._json_refs import REFS
 
-__all__ = ["disjoint"]
+__all__ = ["MAX_DEPTH", "Expand", "disjoint"]
+
+Expand = Callable[[dict[str, Any]], list[Any]]
+MAX_DEPTH: Final = 32
 
 
-def disjoint(a: Any, b: Any) -> bool:
-    """True only if no instance is valid under both ``a`` and ``b``."""
+def disjoint(a: Any, b: Any, expand_a: Expand | None = None, expand_b: Expand | None = None, depth: int = 0) -> bool:
+    """True only if no instance is valid under both ``a`` and ``b``; references in ``a``
+    are followed with ``expand_a``, those in ``b`` with ``expand_b``."""
     if a is False or b is False:
         return True
-    if not isinstance(a, dict) or not isinstance(b, dict):
+    if not isinstance(a, dict) or not isinstance(b, dict) or depth > MAX_DEPTH:
         return False
-    if any(k in a or k in b for k in REFS):
-        return False
+    if any(k in a for k in REFS):
+        return expand_a is not None and any(disjoint(x, b, expand_a, expand_b, depth + 1) for x in expand_a(a))
+    if any(k in b for k in REFS):
+        return expand_b is not None and any(disjoint(a, y, expand_a, expand_b, depth + 1) for y in expand_b(b))
     common = rules.types_of(a) & rules.types_of(b)
     if not common:
         return True
     if _values_refused(a, b) or _values_refused(b, a):
         return True
     if common == {"object"}:
-        return _discriminated(a, b) or _discriminated(b, a)
+        return _discriminated(a, b, lambda x, y: disjoint(x, y, expand_a, expand_b, depth + 1)) or _discriminated(
+            b, a, lambda x, y: disjoint(x, y, expand_b, expand_a, depth + 1))
     return False
 
 
@@ -56,7 +67,7 @@ def _values_refused(a: dict[str, Any], b: dict[str, Any]) -> bool:
     )
 
 
-def _discriminated(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _discriminated(a: dict[str, Any], b: dict[str, Any], apart: Callable[[Any, Any], bool]) -> bool:
     """``a`` requires a property whose values ``b`` refuses (both allow objects only)."""
     required = a.get("required")
     a_props, b_props = a.get("properties", {}), b.get("properties", {})
@@ -66,7 +77,7 @@ def _discriminated(a: dict[str, Any], b: dict[str, Any]) -> bool:
         if not isinstance(name, str):
             continue
         if name in b_props:
-            if disjoint(a_props.get(name, True), b_props[name]):
+            if apart(a_props.get(name, True), b_props[name]):
                 return True
         elif b.get("additionalProperties") is False and not b.get("patternProperties"):
             return True  # b is closed and does not list it
