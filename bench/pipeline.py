@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,7 @@ def archive_run(root: Path, events: int) -> dict[str, Any]:
     data, arch = root / "var", root / "archive"
     gen_s = generate(data, events, 4)
     db_mib = (data / "tidings.db").stat().st_size / 2**20
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "tidings", "pipeline", "archive", "--data-dir", str(data), "--archive-dir", str(arch),
@@ -46,10 +48,13 @@ def archive_run(root: Path, events: int) -> dict[str, Any]:
         capture_output=True, text=True, check=True,
     )
     wall = time.monotonic() - t
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)  # the command and its workers
     out = json.loads(proc.stdout)
     return {
         "events": out["events"], "generate_s": round(gen_s, 1), "hot_log_mib": round(db_mib),
         "command_s": round(wall, 2), "command_events_per_s": round(out["events"] / wall),
+        "command_cpu_s": round(cpu, 2), "events_per_cpu_s": round(out["events"] / cpu),
         "job_s": out["total_s"], "job_events_per_s": round(out["events"] / out["total_s"]),
         "stage_s": out["stage_s"], "stage_events_per_s": round(out["events"] / out["stage_s"]),
         "trim_s": out["trim_s"],
@@ -68,13 +73,15 @@ def replay_read(root: Path, window: int = 25_000) -> dict[str, Any]:
     src = ReplaySource(None, Settings.from_env(data_dir=root / "var", archive_dir=arch))  # type: ignore[arg-type]
     n = 0
     t = time.monotonic()
+    cpu = time.process_time()
     for ns, state in Manifest.load(arch).namespaces.items():
         lo = 1
         while lo <= state.hwm:
             n += len(src._read_archive(ns, lo, lo + window, None))
             lo += window
-    took = time.monotonic() - t
-    return {"events": n, "seconds": round(took, 2), "events_per_s": round(n / took), "window_ids": window}
+    took, cpu = time.monotonic() - t, time.process_time() - cpu
+    return {"events": n, "seconds": round(took, 2), "events_per_s": round(n / took), "cpu_s": round(cpu, 2),
+            "events_per_cpu_s": round(n / cpu), "window_ids": window}
 
 
 def synthetic_archive(root: Path, events: int, namespaces: int = 4, days: int = 30) -> float:

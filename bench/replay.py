@@ -178,17 +178,12 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         if getattr(args, "hot_only", False):
             return results
         from tidings.pipeline.archive import archive
-        from tidings.pipeline.session import build
 
-        spark = build(None, app_name="tidings-bench-replay-archiver")
-        try:
-            t = time.monotonic()
-            run_ = await asyncio.to_thread(archive, spark, data_dir=data, archive_dir=data / "archive", older_than_s=0)
-            print(f"archived {run_.events:,} events in {time.monotonic() - t:.1f} s", file=sys.stderr)
-        finally:
-            spark.stop()
+        t = time.monotonic()
+        run_ = await asyncio.to_thread(archive, data_dir=data, archive_dir=data / "archive", older_than_s=0)
+        print(f"archived {run_.events:,} events in {time.monotonic() - t:.1f} s", file=sys.stderr)
         with Server(data) as server:
-            results.append(await replay_once(server, ep, args.events, every, "archive (Spark)"))
+            results.append(await replay_once(server, ep, args.events, every, "archive (pyarrow)"))
     finally:
         await runner.cleanup()
     return results

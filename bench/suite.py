@@ -321,7 +321,7 @@ async def xmpp_latency(s: Settings) -> list[Row]:
 
 async def replay(s: Settings) -> list[Row]:
     """ICRC-77 replay of one namespace to one subscriber, from the hot log and then, once
-    archived, from the Parquet archive (through Spark), with a live event every 20 ms."""
+    archived, from the Parquet archive (pyarrow), with a live event every 20 ms."""
     import argparse
 
     from bench import replay as rp
@@ -529,6 +529,38 @@ async def stream_fanout(s: Settings) -> list[Row]:
     return rows
 
 
+async def pipeline(s: Settings) -> list[Row]:
+    """The archive (hot log to typed Parquet), replay reads from the archive, and the
+    statistics job over an archive (``bench/pipeline.py``, a subprocess)."""
+    events, stats_events, timeout = (20_000, 50_000, 600.0) if s.quick else (1_000_000, 10_000_000, 3600.0)
+
+    async def run() -> dict[str, Any]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.pipeline", "--events", str(events), "--stats-events", str(stats_events),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )
+        out, _ = await proc.communicate()
+        if proc.returncode:
+            raise RuntimeError(f"bench.pipeline exited with {proc.returncode}")
+        return dict(json.loads(out))
+
+    base = await _guard("pipeline", "tidings", "archive, replay, stats", "", timeout, run, lambda d: {})
+    if base.skipped:
+        return [base]
+    d = base.details
+    a, r, st = d["archive"], d["replay"], d["stats"]
+    return [
+        Row("pipeline", "tidings", f"archive {a['events']:,} events, SQLite -> typed Parquet (job, no Spark)",
+            "events/s", {"events/s": a["job_events_per_s"]}, details={**a, "load_average": d["load_average"]}),
+        Row("pipeline", "tidings", f"tidings pipeline archive, {a['events']:,} events, whole command",
+            "s", {"s": a["command_s"]}, details=a),
+        Row("pipeline", "tidings", f"replay read side from the archive, {r['events']:,} events", "events/s",
+            {"events/s": r["events_per_s"]}, details=r),
+        Row("pipeline", "tidings", f"stats over {st['archived_events']:,} archived events (Spark start apart)",
+            "s", {"s": st["job_s"]}, details=st),
+    ]
+
+
 SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "publish-1": publish_1,
     "publish-100": publish_100,
@@ -541,4 +573,5 @@ SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "memory": memory,
     "xmpp-latency": xmpp_latency,
     "filter-cost": filter_cost,
+    "pipeline": pipeline,
 }

@@ -41,3 +41,29 @@ def test_expire_runs_without_spark(tmp_path: Path, capsys: pytest.CaptureFixture
     assert run_pipeline(args) == 2
     assert "no event store" in capsys.readouterr().err
     assert not (tmp_path / "nowhere").exists()  # nothing made where there is no store
+
+
+def test_help_lists_every_pipeline_command_and_errors_lead_with_their_code(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    top = subprocess.run([sys.executable, "-m", "tidings", "pipeline", "--help"], capture_output=True, text=True)
+    assert top.returncode == 0
+    for action in ("archive", "expire", "compact", "vacuum", "stats"):
+        assert action in top.stdout
+    proc = subprocess.run([sys.executable, "-m", "tidings", "pipeline", "archive", "--data-dir", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert line.startswith("store_not_found: ") and line.endswith("give --data-dir the folder holding the server's "
+                                                                 "tidings.db")
+
+
+def test_numbers_are_formatted_for_people() -> None:
+    from tidings.pipeline._human import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
+
+    assert fmt_count(4330) == "4,330" and fmt_count(1_000_000) == "1,000,000"
+    assert fmt_rate(312_456.7) == "312,000 events/s" and fmt_rate(4.33e3) == "4,330 events/s"
+    assert fmt_rate(2.5, "rows") == "2.5 rows/s"
+    assert [fmt_bytes(b) for b in (512, 1536, 3 * 2**30, 5 * 2**40)] == ["512 B", "1.5 KiB", "3.0 GiB", "5,120.0 GiB"]
+    assert [fmt_seconds(s) for s in (0.42, 12.34, 125, 7300)] == ["0.42 s", "12.3 s", "2 min 5 s", "2 h 1 min"]

@@ -40,9 +40,57 @@ _MAX_DECIMAL16: Final = 10**38
 
 def encode(wire: Any) -> tuple[bytes, bytes]:
     """``(metadata, value)``: the VARIANT of the JSON view of the well-formed wire value ``wire``."""
+    pairs = wire.get("Map")
+    if pairs is not None and len(wire) == 1 and len(pairs) <= 0xFF:
+        flat = _flat_map(pairs)
+        if flat is not None:
+            return flat
     keys: dict[str, int] = {}
     value = _value(wire, keys)
     return _metadata(keys), value
+
+
+_PLANS: dict[tuple[str, ...], tuple[list[int], bytes, bytes]] = {}
+
+
+def _flat_map(pairs: list[Any]) -> tuple[bytes, bytes] | None:
+    """The common case, a Map of scalars: its shape (the keys in order) fixes the metadata,
+    the field ids and the order of the values, so they are planned once per shape."""
+    names = tuple([p[0] for p in pairs])
+    plan = _PLANS.get(names)
+    if plan is None:
+        last = {k: i for i, k in enumerate(names)}  # a repeated key keeps its last value
+        ordered = sorted(last)
+        keys = {k: n for n, k in enumerate(ordered)}
+        plan = ([last[k] for k in ordered], _metadata(keys), _uints(list(range(len(ordered))), _size(len(keys) - 1)))
+        if len(_PLANS) >= _META_CACHE_MAX:
+            _PLANS.clear()
+        _PLANS[names] = plan
+    order, metadata, ids = plan
+    values = []
+    for i in order:
+        v = _scalar(pairs[i][1])
+        if v is None:
+            return None
+        values.append(v)
+    id_size = len(ids) // len(order) if order else 1
+    return metadata, _container(values, (id_size - 1) << 2, 2, len(values), False, ids)
+
+
+def _scalar(wire: Any) -> bytes | None:
+    """The encoding of a scalar wire value; None for a container."""
+    ((t, x),) = wire.items()
+    if t in _INTS:
+        return _int(x)
+    if t in _STRINGS:
+        return _string(x)
+    if t == "Bool":
+        return _TRUE if x else _FALSE
+    if t == "Float":
+        return _double(x)
+    if t == "Option" and x is None:
+        return _NULL
+    return None
 
 
 def _size(n: int) -> int:

@@ -46,6 +46,8 @@ __all__ = ["ArchiveRun", "ArchivedNamespace", "ExpiredPartition", "archive", "ex
 DAY_NS: Final = 86_400 * 10**9
 CRASH_ENV: Final = "TIDINGS_PIPELINE_CRASH_AT"
 """Test hook: the name of a step at which the job kills itself (SIGKILL)."""
+SMALL_RUN: Final = 100_000
+"""Ids below which a run stages in its own process (unless ``workers`` is given)."""
 CHUNK_SIZE: Final = 250_000
 """Ids per staging task (a worker process reads, converts and writes one chunk at a time)."""
 
@@ -209,6 +211,8 @@ def _stage(db: Path, plan: list[_sqlite.IdRange], staging: Path, chunk_size: int
         for lo in range(r.lo, r.hi + 1, chunk_size)
     ]
     n = min(len(chunks), max(1, workers or os.cpu_count() or 1))
+    if workers is None and sum(r.hi - r.lo + 1 for r in plan) < SMALL_RUN:
+        n = 1  # starting worker processes would cost more than they save
     if n == 1:
         for c in chunks:
             _arrow.stage_chunk(*c)

@@ -21,6 +21,7 @@ __all__ = ["run_stats"]
 def run_stats(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int:
     """Run ``stats`` with the parsed ``args``; the exit status (errors are raised)."""
     from . import _sqlite
+    from ._human import fmt_bytes, fmt_count, fmt_seconds
     from .report import write_report
     from .session import build
     from .stats import parse_bucket, stats
@@ -50,7 +51,9 @@ def run_stats(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> in
     finally:
         spark.stop()
     out = write_report(result, args.out).resolve()
-    progress(f"wrote {out} ({result.totals.events} events, {result.totals.notifications} notifications)")
+    t = result.totals
+    progress(f"wrote {out} ({fmt_count(t.events or 0)} events, {fmt_count(t.notifications or 0)} notifications, "
+             f"{fmt_bytes(out.stat().st_size)}) in {fmt_seconds(time.monotonic() - started)}")
     summary = msgspec.to_builtins(result)
     del summary["series"]
     print(json.dumps({"report": str(out), **summary}, indent=2))
