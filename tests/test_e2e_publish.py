@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import os
 import time
 from collections import defaultdict
 from typing import Any
@@ -295,7 +296,7 @@ async def test_principals(server: ServerProcess) -> None:
     # Creating a duplicate from the command line fails and prints no token.
     proc = await asyncio.create_subprocess_exec(
         *_cli(server, "principal", "create", "alice"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, **server.env},
     )
     out, err = await proc.communicate()
     assert proc.returncode == 1 and out == b"" and b"already exists" in err
