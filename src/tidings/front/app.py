@@ -170,12 +170,18 @@ def front_app(config: FrontConfig) -> Starlette:
         if session is not None:
             await session.close()
 
+    async def unmatched(request: Request, exc: Exception) -> Response:
+        # A path no route pattern takes (a control character such as %0A in it): the
+        # broker answers it, in its own shape (Confluent's under the Confluent prefixes).
+        return await proxy(request)
+
     return Starlette(
         routes=[
             Route("/v1/icrc72_publish", publish, methods=["POST"]),
             WebSocketRoute("/{path:path}", websocket),
             Route("/{path:path}", proxy, methods=_METHODS),
         ],
+        exception_handlers={404: unmatched},
         lifespan=lifespan,
     )
 
