@@ -21,6 +21,11 @@ JSON decode and encode per event). A schema may also ask for ``data_view variant
 JSON view as a ``VARIANT`` straight from the source (:mod:`tidings.pipeline._variant`),
 which filters query (``to_column(f, "data_view")``).
 
+The source reads the logical log (:mod:`tidings.pipeline._logical`): ids up to each
+namespace's archive mark from the Parquet archive (option ``archive``, default
+``<data dir>/archive``), ids above it from the hot log, the mark read once at planning;
+option ``origin`` (``both``, ``hot``, ``archive``) reads one side only.
+
 Reads are split into id-range partitions of about ``partitionSize`` events (option,
 default 100,000), small namespaces packed together, so they run in parallel. With
 ``spark.sql.python.filterPushdown.enabled`` (set by :func:`tidings.pipeline.session.build`)
@@ -31,9 +36,9 @@ these filters are pushed into the SQLite query and partition planning: ``namespa
 
 Lifecycle: :class:`TidingsDataSource` and :class:`TidingsReader` are made on the driver
 and pickled to executors; they hold only plain values. ``partitions()`` runs on the
-driver and ``read()`` on executors, each opening its own read-only SQLite connection,
-so the file must be reachable at the same path from every executor (local mode, or a
-shared filesystem).
+driver and ``read()`` on executors, each opening its own read-only SQLite connection
+(or reading its archived Parquet files), so the store and the archive must be reachable
+at the same paths from every executor (local mode, or a shared filesystem).
 """
 
 from __future__ import annotations
