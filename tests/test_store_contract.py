@@ -622,6 +622,25 @@ async def test_schemas_get_ids_never_reused_and_round_trip(store: Store) -> None
     assert (await store.load_schemas()).settings == {}
 
 
+async def test_imported_ids_soft_deletes_and_references_round_trip(store: Store) -> None:
+    """What the Confluent face needs: an id given in IMPORT mode (later ids go on above
+    it), soft-deleted versions, and references kept with the schema."""
+    refs = [["customer.json", "customer-value", 1]]
+    imported = await store.create_schema(
+        SchemaRecord(id=500, format="JSON", model="{}", canonical="i", references=refs),
+        [SchemaVersion(name="orders", version=7, schema_id=0, created_at=1)],
+        SchemaChange(schema_id=None, at=1, by="root", action="register"))
+    assert imported.id == 500
+    after = await store.create_schema(SchemaRecord(format="JSON", model="{}", canonical="a"), [],
+                                      SchemaChange(schema_id=None, at=2, by="root", action="register"))
+    assert after.id == 501
+    await store.save_schema(None, [SchemaVersion(name="orders", version=7, schema_id=500, created_at=1,
+                                                 soft_deleted_at=3)], [])
+    snap = await store.load_schemas()
+    assert [(r.id, r.references) for r in snap.schemas] == [(500, refs), (501, [])]
+    assert [(v.name, v.version, v.schema_id, v.soft_deleted_at, v.deleted_at) for v in snap.versions] == [
+        ("orders", 7, 500, 3, None)]
+
 async def test_trim_events_keeps_what_is_still_owed_and_the_chain(store: Store) -> None:
     await store.create_publication(PublicationRecord(namespace="a", owner="o"))
     old = await store.append([ev("a", 1), ev("a", 2), ev("b", 3), ev("a", 4)])  # timestamps 1001..1004
