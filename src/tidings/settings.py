@@ -109,7 +109,7 @@ class Settings:
     replay_read_size: int = 5_000
     """Events a replay reads from the hot log at a time (the archive: 10 times as many)."""
 
-    replay_batch_size: int = 1_000
+    replay_batch_size: int = 500
     """Most replayed notifications in one push (live pushes: ``delivery_batch_size``).
     A replay has one push in flight, so its rate is about this many per round trip."""
 
