@@ -170,6 +170,10 @@ class World:
                 for s in pubs.values()
             ) and all(
                 s["icrc72:subscription:stats:confirmations"] == s["icrc72:subscription:stats:notifications"]
+                # Confirmations are counted in the background: wait until every notification
+                # recorded is settled in the counters too, not only pushed.
+                and s.get("tidings:subscription:stats:recorded", 0)
+                <= s["icrc72:subscription:stats:confirmations"] + s.get("tidings:subscription:stats:deadLetters", 0)
                 for s in subs.values()
             )
 
