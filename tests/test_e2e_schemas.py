@@ -476,3 +476,26 @@ async def test_a_publication_whose_schema_was_retracted_can_still_be_updated(api
     assert await update(("tidings:publication:schema", None)) == {"Ok": True}
     (res,) = await api("icrc72_publish", [{"namespace": "heal.me", "data": {"Text": "anything"}}])
     assert "Ok" in res, res
+
+
+async def test_deleting_a_bound_schema_is_refused_item_by_item(api: Api) -> None:
+    """delete_schema never leaves a publication without its schema (docs/schemas.md)."""
+    by_id = (await api.register({**ORDER, "title": "by id"}))["Ok"]["id"]
+    free = (await api.register({**ORDER, "title": "free"}))["Ok"]["id"]
+    v1 = (await api.register({**ORDER, "title": "n1"}, name="del.named"))["Ok"]["id"]
+    v2 = (await api.register({**ORDER, "title": "n2"}, name="del.named"))["Ok"]["id"]
+    await api("tidings_set_schema_compatibility", [{"name": "del.named", "compatibility": "NONE"}])
+    await api("icrc72_register_publication", [
+        {"namespace": "del.a", "config": [["tidings:publication:schema", {"Nat": by_id}]]},
+        {"namespace": "del.b", "config": [["tidings:publication:schema", {"Text": "del.named"}]]},
+    ])
+    results = await api("delete_schema", [by_id, free, v1])
+    assert code(results[0]) == "InvalidState" and "del.a" in results[0]["Err"]["InvalidState"]
+    assert results[1] == {"Ok": True} and results[2] == {"Ok": True}  # the name keeps v2
+    (last,) = await api("delete_schema", [v2])
+    assert code(last) == "InvalidState" and "del.b" in last["Err"]["InvalidState"]
+    (res,) = await api("icrc72_publish", [{"namespace": "del.a", "data": {"Map": [["amount", {"Nat": 1}]]}}])
+    assert "Ok" in res
+    # Unbound first, the schema may go.
+    await api("icrc72_update_publication", [{"namespace": "del.a", "config": [["tidings:publication:schema", None]]}])
+    assert await api("delete_schema", [by_id]) == [{"Ok": True}]

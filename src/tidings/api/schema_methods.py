@@ -49,6 +49,41 @@ def _take(b: Broker, take: int | None) -> int:
     return b.settings.max_batch_items if take is None else max(0, min(take, b.settings.max_batch_items))
 
 
+async def _delete(b: Broker, c: PrincipalRecord, ids: list[int]) -> list[SchemaResult]:
+    """``delete_schema``, refusing item by item what would leave a publication without its
+    schema (every event it publishes would then be refused): the same rule as the
+    Confluent face's 40960, which has ``force``; here the publication is rebound first."""
+    if not c.admin:
+        raise Forbidden("only an admin deletes schemas")
+    gone = set(ids)
+    results: list[SchemaResult | None] = [None] * len(ids)
+    for i, sid in enumerate(ids):
+        bound = _binders(b, sid, gone)
+        if bound:
+            results[i] = schema_err("InvalidState", (
+                f"publication(s) {', '.join(map(repr, bound))} bind schema {sid}: deleting it would refuse "
+                "every event they publish; rebind or unbind them first (icrc72_update_publication)"))
+    rest = [(i, sid) for i, sid in enumerate(ids) if results[i] is None]
+    for (i, _), r in zip(rest, await b.schemas.delete(c, [sid for _, sid in rest]), strict=True):
+        results[i] = r
+    return [r for r in results if r is not None]
+
+
+def _binders(b: Broker, sid: int, gone: set[int]) -> list[str]:
+    """The publications that bind schema ``sid`` by id, or by a name whose every live
+    version is among those deleted."""
+    out = []
+    for ns, conf in b.orchestrator.pub_configs.items():
+        ref = conf.schema
+        if ref == sid and not isinstance(ref, bool):
+            out.append(ns)
+        elif isinstance(ref, str):
+            live = [v.schema_id for v in b.schemas.versions_of(ref)]
+            if sid in live and all(x in gone for x in live):
+                out.append(ns)
+    return sorted(out)
+
+
 async def _history(b: Broker, c: PrincipalRecord, q: SchemaHistoryQuery) -> list[SchemaChangeInfo]:
     return await b.schemas.history(q.schema_id, q.prev, _take(b, q.take))
 
@@ -90,8 +125,9 @@ SCHEMA_METHODS: list[Method] = [
     ),
     Method(
         "delete_schema", list[int], _RESULTS,
-        _batch(lambda b, c, a: b.schemas.delete(c, a)),
-        "Delete schemas, in bulk (admin only); their ids are never reused.",
+        _batch(lambda b, c, a: _delete(b, c, a)),
+        "Delete schemas, in bulk (admin only); their ids are never reused. A schema a publication "
+        "binds (by id, or as the last version of the name it binds) is refused: rebind it first.",
     ),
     Method(
         "update_schema_retention", list[SchemaRetentionUpdate], _RESULTS,
