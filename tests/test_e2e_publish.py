@@ -276,6 +276,16 @@ async def test_info_queries_page_and_filter(server: ServerProcess, endpoints: An
         assert await admin.get_broadcasters(take=0) == []
         (b,) = await admin.get_broadcasters(stats_filter=["nothing:"])
         assert b.stats == []
+        # Alone, it owns every publication and delivers every subscription (docs/scaling.md).
+        (b,) = await admin.get_publication_broadcasters("com.example.q2")
+        assert b.broadcaster == "tidings-broadcaster-1"
+        assert dict(b.stats)["tidings:broadcaster:role"] == {"Text": "owner"}
+        assert dict(b.stats)["tidings:broadcaster:publication:subscriptions"] == {"Nat": 2}
+        assert [s.id for s in await admin.get_broadcaster_subscriptions()] == sorted([s1, s2, s3])
+        assert await admin.get_broadcaster_subscriptions("another") == []
+        async with Admin(server.url, bob_token) as as_bob:
+            seen = {s.id: s.endpoint for s in await as_bob.get_broadcaster_subscriptions()}
+        assert seen[s1] == ep.url and seen[s2] is None
     for s in (bob_sub, carol_sub, sink_app):
         await s.close()
 

@@ -39,7 +39,20 @@ class Settings:
     it may hold a password). Needs ``pip install 'tidings[postgresql]'``."""
 
     broadcaster_id: str = "tidings-broadcaster-1"
-    """This broadcaster's principal, the ``source`` of notifications it sends."""
+    """This broadcaster's principal, the ``source`` of notifications it sends. Several
+    broadcasters sharing a PostgreSQL store need distinct ids: left at this default there,
+    it becomes ``<host name>:<port>`` (docs/scaling.md)."""
+
+    advertise_url: str = ""
+    """The URL other broadcasters and the SDK reach this one at, shown by
+    ``icrc72_get_broadcasters``; empty: ``http://<host>:<port>``."""
+
+    lease_s: float = 5.0
+    """Several broadcasters: how long a broadcaster holds a subscription's delivery without
+    renewing it; one that dies loses its subscriptions to the others after this long."""
+
+    heartbeat_s: float = 1.0
+    """Several broadcasters: how often each records itself alive and renews its leases."""
 
     max_body_bytes: int = 4 * 1024 * 1024
     """Largest request body accepted; larger ones get 413 ``payload_too_large``."""
@@ -212,6 +225,8 @@ class Settings:
 # Settings whose sensible range is narrower than "a non-negative number".
 _BOUNDS: dict[str, tuple[float, float]] = {
     "workers": (0, 256),
+    "lease_s": (1, 600),
+    "heartbeat_s": (0.05, 60),
     "port": (0, 65_535),
     "push_timeout_s": (0.001, 3_600),
     "ack_deadline_s": (0.001, 3_600),

@@ -12,6 +12,7 @@ from typing import Any
 from ..broker import Broker
 from ..core.wire import (
     BroadcasterInfo,
+    BroadcasterSubscriptionsQuery,
     ConfirmResult,
     DeadLetterInfo,
     DeadLetterQuery,
@@ -21,6 +22,7 @@ from ..core.wire import (
     PendingAuthorization,
     PrincipalCreate,
     PrincipalCreated,
+    PublicationBroadcastersQuery,
     PublicationInfo,
     PublicationRegistration,
     PublicationUpdate,
@@ -186,8 +188,19 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "icrc72_get_broadcasters", InfoQuery, list[BroadcasterInfo],
-            lambda b, c, a: b.orchestrator.get_broadcasters(a),
-            "Broadcasters, with statistics.", InfoQuery(),
+            lambda b, c, a: b.broadcasters.get_broadcasters(a),
+            "Live broadcasters by id, with statistics, their URL and what they serve.", InfoQuery(),
+        ),
+        Method(
+            "icrc72_get_publication_broadcasters", PublicationBroadcastersQuery, list[BroadcasterInfo],
+            lambda b, c, a: b.broadcasters.get_publication_broadcasters(a),
+            "The broadcasters serving a publication: its owner, and those delivering its subscriptions.",
+        ),
+        Method(
+            "icrc72_get_broadcaster_subscriptions", BroadcasterSubscriptionsQuery, list[SubscriptionInfo],
+            lambda b, c, a: b.broadcasters.get_broadcaster_subscriptions(c, a),
+            "The subscriptions a broadcaster delivers (this one unless named), by id, with statistics.",
+            BroadcasterSubscriptionsQuery(),
         ),
         Method(
             "tidings_get_dead_letters", DeadLetterQuery, list[DeadLetterInfo],

@@ -94,7 +94,7 @@ class Broadcaster:
         n = len(events)
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
-        self._orch.require_namespaces({e.namespace for e in events})
+        await self._orch.known({e.namespace for e in events})
         now = self._clock()
         try:
             rows, refused = ingest.prepare(events, now, checked=checked)
@@ -120,7 +120,7 @@ class Broadcaster:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
         namespaces = {r.namespace for r in rows}
         namespaces.update(ns for ns, _ in refused.values())
-        self._orch.require_namespaces(namespaces)
+        await self._orch.known(namespaces)
         results: list[ItemResult | None] = [None] * n
         accepted: list[tuple[int, NewEvent]] = []
         busy = self._pending + len(rows) > self._max_pending

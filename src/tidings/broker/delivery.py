@@ -112,8 +112,11 @@ class Delivery:
         metrics: Metrics | None = None,
         outbound: Outbound,
         signer: Callable[[int, str, bytes], dict[str, str]] | None = None,
+        owns: Callable[[int], bool] | None = None,
     ) -> None:
         self.store = store
+        self._owns = owns
+        """Whether this process delivers a subscription (``Membership.owns``); all if None."""
         self.tail = tail
         self.settings = settings
         self.registry = registry
@@ -206,6 +209,8 @@ class Delivery:
     def add(self, sub: SubscriptionRecord) -> None:
         if self.task_group is None or sub.id in self._workers:
             return
+        if self._owns is not None and not self._owns(sub.id):
+            return  # another broadcaster delivers it (docs/scaling.md)
         w = Worker(self, sub)
         self._workers[sub.id] = w
         self._index(w)
@@ -265,6 +270,17 @@ class Delivery:
         task = self._tasks.get(sub_id)
         if task is not None:
             task.cancel()
+
+    async def stop_worker(self, sub_id: int) -> None:
+        """Stop delivering ``sub_id`` here and wait until its worker has stopped (its
+        lease goes to another broadcaster, which sends again what is pending)."""
+        task = self._tasks.get(sub_id)
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait([task])
+        self._forget(sub_id)
 
     def wake(self, events: Sequence[StoredEvent]) -> None:
         """Wake the workers these events concern; a stopped one is woken when started."""

@@ -102,8 +102,12 @@ class Orchestrator(RegistryQueries):
         schema_problem: Callable[[int | str], str | None] | None = None,
         on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None,
         max_publications: int = 1_000, max_subscriptions: int = 10_000,
+        look_up: Callable[[Sequence[str]], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
+        self._look_up = look_up
+        """Reads publications this process does not know yet from the store (registered
+        through another broadcaster a moment ago: ``registry_sync``)."""
         self.registry = registry
         self._max_publications = max_publications
         self._max_subscriptions = max_subscriptions
@@ -125,10 +129,13 @@ class Orchestrator(RegistryQueries):
 
     async def load(self) -> None:
         await self.registry.load(self._store)
-        for pub in self.registry.publications.values():
-            self._owned[pub.owner] += 1
-        for sub in self.registry.subscriptions.values():
-            self._subscribed[sub.subscriber] += 1
+        self.recount()
+
+    def recount(self) -> None:
+        """Count what each principal holds, for its limits (after the registry changed
+        through another broadcaster)."""
+        self._owned = Counter(pub.owner for pub in self.registry.publications.values())
+        self._subscribed = Counter(sub.subscriber for sub in self.registry.subscriptions.values())
 
     # -- the registry, read through the orchestrator ----------------------------------
 
@@ -154,6 +161,13 @@ class Orchestrator(RegistryQueries):
 
     def require_namespaces(self, namespaces: Iterable[str]) -> None:
         self.registry.require_namespaces(namespaces)
+
+    async def known(self, namespaces: Iterable[str]) -> None:
+        """``require_namespaces``, after asking the store for those not known here."""
+        missing = [ns for ns in namespaces if ns not in self.registry.publications]
+        if missing and self._look_up is not None:
+            await self._look_up(missing)
+        self.registry.require_namespaces(missing)
 
     def may_publish(self, principal: str, namespace: str) -> bool:
         return self.registry.may_publish(principal, namespace)
@@ -231,7 +245,7 @@ class Orchestrator(RegistryQueries):
     async def update_publications(
         self, caller: PrincipalRecord, updates: Sequence[PublicationUpdate]
     ) -> list[ItemResult]:
-        self.require_namespaces([u.namespace for u in updates])
+        await self.known([u.namespace for u in updates])
         out: list[ItemResult] = []
         for u in updates:
             pub = self.publications.get(u.namespace)
@@ -285,7 +299,7 @@ class Orchestrator(RegistryQueries):
         return None
 
     async def delete_publications(self, caller: PrincipalRecord, namespaces: Sequence[str]) -> list[ItemResult]:
-        self.require_namespaces(namespaces)
+        await self.known(namespaces)
         out: list[ItemResult] = []
         for ns in namespaces:
             pub = self.publications.get(ns)
@@ -322,7 +336,7 @@ class Orchestrator(RegistryQueries):
         self, caller: PrincipalRecord, regs: Sequence[SubscriptionRegistration]
     ) -> list[ItemResult]:
         # An invalid namespace is refused item by item (ImproperConfig) below, not as unknown.
-        self.require_namespaces([
+        await self.known([
             r.namespace for r in regs if not is_pattern(r.namespace) and namespace_error(r.namespace) is None
         ])
         out: list[ItemResult] = []

@@ -14,7 +14,6 @@ from typing import Any
 from ..core import config as cfg
 from ..core.namespaces import is_pattern
 from ..core.wire import (
-    BroadcasterInfo,
     InfoQuery,
     PublicationInfo,
     PublisherInfo,
@@ -25,17 +24,18 @@ from ..core.wire import (
 from ..store import PrincipalRecord, Store
 from .registry import Registry
 
-__all__ = ["RegistryQueries"]
+__all__ = ["RegistryQueries", "stats_map", "take_of"]
 
 DEFAULT_TAKE = 100
 MAX_TAKE = 1000
 
 
-def _take(take: int | None) -> int:
+def take_of(take: int | None) -> int:
+    """How many items a query's ``take`` asks for, within the bounds."""
     return DEFAULT_TAKE if take is None else max(0, min(take, MAX_TAKE))
 
 
-def _stats_map(stats: dict[str, Any], wanted: list[str] | None) -> list[tuple[str, object]]:
+def stats_map(stats: dict[str, Any], wanted: list[str] | None) -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = []
     for k, v in stats.items():
         if wanted is None or any(k == w or (w.endswith(":") and k.startswith(w)) for w in wanted):
@@ -46,13 +46,12 @@ def _stats_map(stats: dict[str, Any], wanted: list[str] | None) -> list[tuple[st
 class RegistryQueries:
     # Held by the Orchestrator; declared here for the queries that read them.
     _store: Store
-    _broadcaster_id: str
     listener: Any
     registry: Registry
     schema_problem: Callable[[int | str], str | None] | None
 
     async def get_publications(self, q: InfoQuery) -> list[PublicationInfo]:
-        names = sorted(ns for ns in self.registry.publications if q.prev is None or ns > q.prev)[: _take(q.take)]
+        names = sorted(ns for ns in self.registry.publications if q.prev is None or ns > q.prev)[: take_of(q.take)]
         out = []
         for ns in names:
             stats = {"icrc72:publication:stats:publishers": len(self.registry.publishers.get(ns, ())),
@@ -63,8 +62,8 @@ class RegistryQueries:
             stats.update(await self._store.stats("publication", ns))
             upto = self.listener.sent_position(ns) if self.listener is not None else None
             stats["icrc72:publication:stats:events:sent"] = await self._store.count_events(ns, upto)
-            entries = _stats_map(stats, q.statsFilter)
-            entries.extend(_stats_map(self._schema_status(ns), q.statsFilter))
+            entries = stats_map(stats, q.statsFilter)
+            entries.extend(stats_map(self._schema_status(ns), q.statsFilter))
             out.append(PublicationInfo(
                 namespace=ns, config=cfg.public_config(self.registry.publications[ns].config), stats=entries,
             ))
@@ -86,14 +85,14 @@ class RegistryQueries:
         for principals in self.registry.publishers.values():
             for p in principals:
                 counts[p] += 1
-        names = sorted(p for p in counts if q.prev is None or p > q.prev)[: _take(q.take)]
+        names = sorted(p for p in counts if q.prev is None or p > q.prev)[: take_of(q.take)]
         out = []
         for p in names:
             stats = {"icrc72:publisher:stats:publications": counts[p],
                      "icrc72:publisher:stats:cyclesReceived": 0,
                      "icrc72:publisher:stats:events": 0}
             stats.update(await self._store.stats("publisher", p))
-            out.append(PublisherInfo(publisher=p, stats=_stats_map(stats, q.statsFilter)))
+            out.append(PublisherInfo(publisher=p, stats=stats_map(stats, q.statsFilter)))
         return out
 
     async def get_subscribers(self, q: InfoQuery) -> list[SubscriberInfo]:
@@ -103,7 +102,7 @@ class RegistryQueries:
             total[s.subscriber] += 1
             active[s.subscriber] += not self.registry.sub_configs[s.id].stopped
         known = set(total) | set(await self._store.stat_keys("subscriber"))
-        names = sorted(p for p in known if q.prev is None or p > q.prev)[: _take(q.take)]
+        names = sorted(p for p in known if q.prev is None or p > q.prev)[: take_of(q.take)]
         out = []
         for p in names:
             stats = {"icrc72:subscriber:stats:subscriptions": total[p],
@@ -113,16 +112,20 @@ class RegistryQueries:
                      "icrc72:subscriber:stats:cyclesPaid": 0,
                      "icrc76:subscriber:stats:requests": 0}
             stats.update(await self._store.stats("subscriber", p))
-            out.append(SubscriberInfo(subscriber=p, stats=_stats_map(stats, q.statsFilter)))
+            out.append(SubscriberInfo(subscriber=p, stats=stats_map(stats, q.statsFilter)))
         return out
 
-    async def get_subscriptions(self, caller: PrincipalRecord, q: SubscriptionQuery) -> list[SubscriptionInfo]:
+    async def get_subscriptions(
+        self, caller: PrincipalRecord, q: SubscriptionQuery, *, only: set[int] | None = None
+    ) -> list[SubscriptionInfo]:
+        """``only``: of these ids (a broadcaster's, ``broadcaster_queries``)."""
         if q.namespace is not None and not is_pattern(q.namespace):
             self.registry.require_namespaces([q.namespace])
         ids = sorted(
             i for i, s in self.registry.subscriptions.items()
             if (q.prev is None or i > q.prev) and (q.namespace is None or s.namespace == q.namespace)
-        )[: _take(q.take)]
+            and (only is None or i in only)
+        )[: take_of(q.take)]
         out = []
         for i in ids:
             s = self.registry.subscriptions[i]
@@ -136,12 +139,6 @@ class RegistryQueries:
             out.append(SubscriptionInfo(
                 id=i, subscriber=s.subscriber, namespace=s.namespace,
                 endpoint=s.endpoint if visible else None, mode=s.mode, config=s.config,
-                stats=_stats_map(stats, q.statsFilter),
+                stats=stats_map(stats, q.statsFilter),
             ))
         return out
-
-    async def get_broadcasters(self, q: InfoQuery) -> list[BroadcasterInfo]:
-        if (q.prev is not None and q.prev >= self._broadcaster_id) or _take(q.take) == 0:
-            return []
-        stats = await self._store.stats("broadcaster", self._broadcaster_id)
-        return [BroadcasterInfo(broadcaster=self._broadcaster_id, stats=_stats_map(stats, q.statsFilter))]

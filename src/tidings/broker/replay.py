@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -65,8 +66,14 @@ _decode = msgspec.json.Decoder().decode
 
 
 class Replays:
-    def __init__(self, store: Store, orchestrator: Orchestrator, delivery: Delivery, settings: Settings) -> None:
+    def __init__(
+        self, store: Store, orchestrator: Orchestrator, delivery: Delivery, settings: Settings,
+        *, owns: Callable[[int], bool] | None = None,
+    ) -> None:
         self._store = store
+        self._owns = owns
+        """Whether this process delivers a subscription: a replay runs where its
+        subscription is delivered (``adopt``); all here if None."""
         self._orch = orchestrator
         self._delivery = delivery
         self._settings = settings
@@ -107,7 +114,10 @@ class Replays:
             await asyncio.sleep(0.01)  # leave the writer to live commits in between
 
     def _start(self, rec: ReplayRecord) -> None:
-        if self._tg is None:
+        if self._tg is None or rec.id in self._tasks:
+            return
+        if self._owns is not None and not self._owns(rec.subscription_id):
+            self._active.pop(rec.id, None)  # the broadcaster delivering it runs it (``adopt``)
             return
         task = self._tg.create_task(self._drive(rec.id), name=f"tidings-replay-{rec.id}")
         self._tasks[rec.id] = task
@@ -115,6 +125,25 @@ class Replays:
 
     def _forget(self, rid: int, _task: object = None) -> None:
         self._tasks.pop(rid, None)
+
+    async def adopt(self, held: set[int]) -> None:
+        """With several broadcasters: run the active replays of the subscriptions this one
+        delivers (``held``), wherever they were registered, and stop those that another
+        broadcaster ended or that are no longer delivered here."""
+        active = {r.id: r for r in await self._store.list_replays(states=sorted(rules.ACTIVE))}
+        for rid, task in list(self._tasks.items()):
+            rec = active.get(rid) or self._active.get(rid)
+            if rid not in active:
+                self._stop.add(rid)  # canceled or reported ended through another broadcaster
+            elif rec is not None and rec.subscription_id not in held:
+                task.cancel()  # its subscription moved: the new owner resumes it
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait([task])
+                self._active.pop(rid, None)
+        for rid, rec in active.items():
+            if rec.subscription_id in held and rid not in self._tasks:
+                self._active[rid] = rec
+                self._start(rec)
 
     # -- registration -------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,15 +23,19 @@ from ..errors import ConfigError
 from ..outbound import Outbound
 from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
-from ..store import PrincipalRecord, Store, StoredEvent
+from ..store import ClusterStore, PrincipalRecord, Store, StoredEvent
 from .auth import Authenticator
 from .authorization import Authorizer
 from .broadcaster import Broadcaster
+from .broadcaster_queries import BroadcasterQueries
+from .cluster import Cluster
 from .dead_letters import DeadLetters
 from .delivery import Delivery
+from .membership import Membership
 from .metrics import Metrics
 from .orchestrator import Orchestrator
 from .registry import Registry
+from .registry_sync import RegistrySync
 from .replay import Replays
 from .signing import Signing
 from .tail import Tail
@@ -42,8 +47,17 @@ log = logging.getLogger("tidings.broker")
 
 class Broker:
     def __init__(self, settings: Settings, store: Store) -> None:
+        shared = isinstance(store, ClusterStore)
+        if shared:
+            settings = _cluster_settings(settings)
         self.settings = settings
         self.store = store
+        # Several broadcasters may share this store: each delivers the subscriptions it
+        # holds the lease of (docs/scaling.md); alone, it delivers them all.
+        self.membership = Membership(
+            settings.broadcaster_id, settings.advertise_url or f"http://{settings.host}:{settings.port}", shared=shared
+        )
+        owns = self.membership.owns if shared else None
         self.auth = Authenticator(store)
         self.outbound = Outbound(
             _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections
@@ -60,7 +74,7 @@ class Broker:
         self.metrics = Metrics()
         self.delivery = Delivery(
             store, self.tail, settings, self.registry, on_gone=self._subscription_gone, metrics=self.metrics,
-            outbound=self.outbound, signer=self.signing.sign,
+            outbound=self.outbound, signer=self.signing.sign, owns=owns,
         )
         self.orchestrator = Orchestrator(
             store, self.registry, broadcaster_id=settings.broadcaster_id,
@@ -69,6 +83,7 @@ class Broker:
             on_subscription_created=self.signing.subscription_created,
             max_publications=settings.max_publications_per_principal,
             max_subscriptions=settings.max_subscriptions_per_principal,
+            look_up=self._look_up if shared else None,
         )
         self.dead_letters = DeadLetters(store, self.orchestrator, self.delivery)
         self.broadcaster = Broadcaster(
@@ -83,8 +98,18 @@ class Broker:
         self.retention = Retention(store, self.schemas, self.binder, self.orchestrator)
         self._runner: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
-        self.replays = Replays(store, self.orchestrator, self.delivery, settings)
+        self.replays = Replays(store, self.orchestrator, self.delivery, settings, owns=owns)
         self._replay_task: asyncio.Task[None] | None = None
+        self.broadcasters = BroadcasterQueries(store, self.orchestrator, self.membership)
+        self.cluster: Cluster | None = None
+        self._sync = RegistrySync(store, self.orchestrator)
+        if isinstance(store, ClusterStore):
+            self.cluster = Cluster(
+                store, self.membership, self.delivery, self.replays, self.signing,  # type: ignore[arg-type]
+                self._sync, self.tail, on_events=self._appended_elsewhere,
+                heartbeat_s=settings.heartbeat_s, lease_s=settings.lease_s,
+            )
+        self._cluster_task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -115,6 +140,9 @@ class Broker:
                 ready.cancel()
                 self._runner.result()  # raises what stopped delivery
             self._replay_task = asyncio.create_task(self.replays.run(), name="tidings-replays")
+            if self.cluster is not None:
+                await self.cluster.beat()  # take this broadcaster's share before serving
+                self._cluster_task = asyncio.create_task(self.cluster.run(), name="tidings-cluster")
             if self.settings.retention_interval_s > 0:
                 self._retention_task = asyncio.create_task(
                     self.retention.run(self.settings.retention_interval_s), name="tidings-retention"
@@ -125,12 +153,12 @@ class Broker:
             raise
 
     async def stop(self) -> None:
-        for task in (self._retention_task, self._replay_task):
+        for task in (self._cluster_task, self._retention_task, self._replay_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._retention_task = self._replay_task = None
+        self._cluster_task = self._retention_task = self._replay_task = None
         await asyncio.to_thread(self.replays.close)
         if self._runner is not None:
             self._runner.cancel()
@@ -167,6 +195,16 @@ class Broker:
         self.metrics.events_published += len(events)
         self.tail.extend(events)
         self.delivery.wake(events)
+        if self.cluster is not None:
+            self.cluster.appended_here(events)
+
+    async def _look_up(self, namespaces: Sequence[str]) -> None:
+        await self._sync.look_up(namespaces)
+
+    def _appended_elsewhere(self, events: list[StoredEvent]) -> None:
+        """Another broadcaster appended ``events`` (read from the shared store)."""
+        self.tail.extend(events)
+        self.delivery.wake(events)
 
     async def _subscription_gone(self, sub_id: int, reason: str) -> None:
         """Delivery ended the subscription (410 Gone, or an error answer when not reliable).
@@ -175,6 +213,18 @@ class Broker:
         are kept after it, for its subscriber."""
         log.warning("subscription %s ended: %s", sub_id, reason)
         await self.orchestrator.end_subscription(sub_id)
+
+
+def _cluster_settings(settings: Settings) -> Settings:
+    if settings.heartbeat_s * 2 > settings.lease_s:
+        raise ConfigError(
+            f"TIDINGS_HEARTBEAT_S={settings.heartbeat_s} must be at most half of TIDINGS_LEASE_S={settings.lease_s}: "
+            "a lease is renewed at every heartbeat"
+        )
+    if settings.broadcaster_id == Settings().broadcaster_id:
+        where = settings.port or os.getpid()
+        return settings.replace(broadcaster_id=f"{socket.gethostname()}:{where}")
+    return settings
 
 
 def _address_policy(settings: Settings) -> AddressPolicy:

@@ -60,6 +60,14 @@ class Signing:
                 await self._store.add_secret(sub_id, found[0].secret, None, created_at=now)
             self._secrets[sub_id] = found
 
+    async def reload(self, sub_id: int) -> None:
+        """Read one subscription's secrets again (made or rotated through another broadcaster)."""
+        found = await self._store.secrets(sub_id, self._clock())
+        if found:
+            self._secrets[sub_id] = found
+        else:
+            self._secrets.pop(sub_id, None)
+
     async def subscription_created(self, sub: SubscriptionRecord, secret: str | None) -> None:
         """Called by the orchestrator between storing a subscription and starting its delivery."""
         now = self._clock()

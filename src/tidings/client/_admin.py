@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from ..core.wire import (
     BroadcasterInfo,
+    BroadcasterSubscriptionsQuery,
     InfoQuery,
     PrincipalCreate,
     PrincipalCreated,
+    PublicationBroadcastersQuery,
     PublicationInfo,
     PublisherInfo,
     SubscriberInfo,
@@ -74,3 +76,20 @@ class Admin:
     ) -> list[BroadcasterInfo]:
         q = InfoQuery(prev=prev, take=take, statsFilter=stats_filter)
         return await self._conn.call("icrc72_get_broadcasters", q, list[BroadcasterInfo])
+
+    async def get_publication_broadcasters(
+        self, namespace: str, *, prev: str | None = None, take: int | None = None,
+        stats_filter: list[str] | None = None,
+    ) -> list[BroadcasterInfo]:
+        """The publication's owner and the broadcasters delivering its subscriptions
+        (``tidings:broadcaster:role`` in their stats)."""
+        q = PublicationBroadcastersQuery(namespace=namespace, prev=prev, take=take, statsFilter=stats_filter)
+        return await self._conn.call("icrc72_get_publication_broadcasters", q, list[BroadcasterInfo])
+
+    async def get_broadcaster_subscriptions(
+        self, broadcaster: str | None = None, *, prev: int | None = None, take: int | None = None,
+        stats_filter: list[str] | None = None,
+    ) -> list[SubscriptionInfo]:
+        """The subscriptions ``broadcaster`` delivers (the one answering if None)."""
+        q = BroadcasterSubscriptionsQuery(broadcaster=broadcaster, prev=prev, take=take, statsFilter=stats_filter)
+        return await self._conn.call("icrc72_get_broadcaster_subscriptions", q, list[SubscriptionInfo])

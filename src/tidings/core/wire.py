@@ -19,6 +19,7 @@ from msgspec import UNSET, Struct, UnsetType
 
 __all__ = [
     "BroadcasterInfo",
+    "BroadcasterSubscriptionsQuery",
     "ConfirmResult",
     "DeadLetterInfo",
     "DeadLetterQuery",
@@ -34,6 +35,7 @@ __all__ = [
     "PendingAuthorization",
     "PrincipalCreate",
     "PrincipalCreated",
+    "PublicationBroadcastersQuery",
     "PublicationInfo",
     "PublicationRegistration",
     "PublicationUpdate",
@@ -211,6 +213,25 @@ class InfoQuery(Struct, kw_only=True, omit_defaults=True):
 
 class SubscriptionQuery(Struct, kw_only=True, omit_defaults=True):
     namespace: str | None = None
+    prev: int | None = None
+    take: int | None = None
+    statsFilter: list[str] | None = None
+
+
+class PublicationBroadcastersQuery(Struct, kw_only=True, omit_defaults=True):
+    """``icrc72_get_publication_broadcasters``: the broadcasters serving one publication."""
+
+    namespace: str
+    prev: str | None = None
+    take: int | None = None
+    statsFilter: list[str] | None = None
+
+
+class BroadcasterSubscriptionsQuery(Struct, kw_only=True, omit_defaults=True):
+    """``icrc72_get_broadcaster_subscriptions``: the subscriptions one broadcaster delivers
+    (the one answering, unless ``broadcaster`` names another), by id."""
+
+    broadcaster: str | None = None
     prev: int | None = None
     take: int | None = None
     statsFilter: list[str] | None = None

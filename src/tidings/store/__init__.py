@@ -34,6 +34,7 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
+from ._cluster import CHANGE_LOG, CHANGE_REGISTRY, BroadcasterRecord, ClusterStore, LeaseRecord
 from ._deliveries import DeliveryRecord
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord
 from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaVersion
@@ -44,12 +45,17 @@ if TYPE_CHECKING:
     from .postgresql import PostgresStore
 
 __all__ = [
+    "CHANGE_LOG",
+    "CHANGE_REGISTRY",
     "AppendRouter",
+    "BroadcasterRecord",
+    "ClusterStore",
     "DeadLetter",
     "DeliveryRecord",
     "DeliveryStore",
     "EventStore",
     "InsufficientCredit",
+    "LeaseRecord",
     "MemoryStore",
     "NewEvent",
     "PendingNotification",

@@ -86,9 +86,16 @@ async def apply_stats(c: asyncpg.Connection, rows: Sequence[tuple[str, str, str,
 
 
 class PgAccess:
-    """How each concern's module reaches the database; ``PostgresStore`` sets ``_pool``."""
+    """How each concern's module reaches the database; ``PostgresStore`` sets ``_pool``
+    and ``_origin``."""
 
     _pool: asyncpg.Pool | None = None
+    _origin: str = ""
+    """This store's id in the change signals it sends (``_pg_cluster``)."""
+
+    async def _signal(self, c: asyncpg.Connection, kind: str, arg: str = "") -> None:
+        """Tell the other processes sharing the database, at ``c``'s commit, what changed."""
+        await c.execute("SELECT pg_notify('tidings', $1)", f"{self._origin} {kind} {arg}")
 
     def _the_pool(self) -> asyncpg.Pool:
         if self._pool is None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import asyncpg
 
 from ..errors import StoreError
 from ._base import EventStore
+from ._cluster import CHANGE_LOG
 from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
 from ._records import NewEvent, Stat, StoredEvent
 
@@ -76,7 +77,7 @@ class PgEventStore(PgAccess, EventStore):
 
     async def _commit(self, batch: list[_Append]) -> None:
         try:
-            results = await self._tx(lambda c: _write(c, batch))
+            results = await self._tx(lambda c: _write(c, batch, self._signal))
         except Exception as e:
             if len(batch) == 1:
                 _settle(batch[0], e)
@@ -84,7 +85,7 @@ class PgEventStore(PgAccess, EventStore):
             log.warning("a group of %d appends failed (%s); trying each alone", len(batch), e)
             for a in batch:
                 try:
-                    _settle(a, (await self._tx(lambda c, a=a: _write(c, [a])))[0])  # type: ignore[misc]
+                    _settle(a, (await self._tx(lambda c, a=a: _write(c, [a], self._signal)))[0])  # type: ignore[misc]
                 except Exception as e1:
                     _settle(a, e1)
             return
@@ -148,7 +149,9 @@ class PgEventStore(PgAccess, EventStore):
         return await self._tx(job)
 
 
-async def _write(c: asyncpg.Connection, group: list[_Append]) -> list[list[StoredEvent]]:
+async def _write(
+    c: asyncpg.Connection, group: list[_Append], signal: Callable[[asyncpg.Connection, str, str], Awaitable[None]]
+) -> list[list[StoredEvent]]:
     """Number and insert the group's events, and apply its counters, in ``c``'s transaction."""
     counts: dict[str, int] = {}
     stats: dict[tuple[str, str, str], int] = {}
@@ -187,6 +190,7 @@ async def _write(c: asyncpg.Connection, group: list[_Append]) -> list[list[Store
                     col.append(v)
             outs.append(out)
         await c.execute(_INSERT, *cols)
+        await signal(c, CHANGE_LOG, str(head))
     else:
         outs = [[] for _ in group]
     rows = sorted((*k, v) for k, v in stats.items() if v)

@@ -228,8 +228,24 @@ CREATE TABLE schema_changes (
 CREATE INDEX schema_changes_schema ON schema_changes(schema_id, seq);
 """
 
+_V2: Final = """
+CREATE TABLE broadcasters (
+    id text COLLATE "C" PRIMARY KEY,
+    url text COLLATE "C" NOT NULL,
+    started_at timestamptz NOT NULL,
+    seen_at timestamptz NOT NULL
+);
+CREATE TABLE leases (
+    key text COLLATE "C" PRIMARY KEY,
+    owner text COLLATE "C" NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX leases_owner ON leases(owner, key);
+"""
+
 MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
     (1, "the registry, the event log, deliveries, statistics, replays and schemas", _V1),
+    (2, "broadcasters and their leases, for several broadcasters on one database", _V2),
 )
 """(version, what it does, SQL), in order."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from ._base import RegistryStore
+from ._cluster import CHANGE_REGISTRY
 from ._pg_db import SUB_COLS, PgAccess, dec, enc, sub_row
 from ._records import PublicationRecord, SubscriptionRecord, SubscriptionSecret
 
@@ -15,18 +16,26 @@ _NO_LIMIT = 2**62
 
 class PgRegistryStore(PgAccess, RegistryStore):
     async def create_publication(self, record: PublicationRecord) -> bool:
-        made = await self._tx(lambda c: c.fetchval(
-            "INSERT INTO publications(namespace, owner, config, created_at) VALUES ($1, $2, $3, $4) "
-            "ON CONFLICT (namespace) DO NOTHING RETURNING true",
-            record.namespace, record.owner, enc(record.config), record.created_at,
-        ))
-        return bool(made)
+        async def job(c: asyncpg.Connection) -> bool:
+            made = await c.fetchval(
+                "INSERT INTO publications(namespace, owner, config, created_at) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (namespace) DO NOTHING RETURNING true",
+                record.namespace, record.owner, enc(record.config), record.created_at,
+            )
+            await self._signal(c, CHANGE_REGISTRY, f"pub:{record.namespace}")
+            return bool(made)
+
+        return await self._tx(job)
 
     async def update_publication(self, record: PublicationRecord) -> None:
-        await self._tx(lambda c: c.execute(
-            "UPDATE publications SET owner = $1, config = $2 WHERE namespace = $3",
-            record.owner, enc(record.config), record.namespace,
-        ))
+        async def job(c: asyncpg.Connection) -> None:
+            await c.execute(
+                "UPDATE publications SET owner = $1, config = $2 WHERE namespace = $3",
+                record.owner, enc(record.config), record.namespace,
+            )
+            await self._signal(c, CHANGE_REGISTRY, f"pub:{record.namespace}")
+
+        await self._tx(job)
 
     async def list_publications(self, after: str | None = None, limit: int | None = None) -> list[PublicationRecord]:
         rows = await self._fetch(
@@ -49,16 +58,22 @@ class PgRegistryStore(PgAccess, RegistryStore):
             await c.execute("DELETE FROM publishers WHERE namespace = $1", namespace)
             # The chain's end is kept in namespace_heads, which outlives the publication.
             await c.execute("DELETE FROM publications WHERE namespace = $1", namespace)
+            await self._signal(c, CHANGE_REGISTRY, f"pub:{namespace}")
             return ids
 
         return await self._tx(job)
 
     async def add_publisher(self, namespace: str, principal: str) -> bool:
-        made = await self._tx(lambda c: c.fetchval(
-            "INSERT INTO publishers(namespace, principal) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true",
-            namespace, principal,
-        ))
-        return bool(made)
+        async def job(c: asyncpg.Connection) -> bool:
+            made = await c.fetchval(
+                "INSERT INTO publishers(namespace, principal) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true",
+                namespace, principal,
+            )
+            if made:
+                await self._signal(c, CHANGE_REGISTRY, f"pub:{namespace}")
+            return bool(made)
+
+        return await self._tx(job)
 
     async def list_publishers(self, namespace: str | None = None) -> list[tuple[str, str]]:
         if namespace is None:
@@ -77,6 +92,7 @@ class PgRegistryStore(PgAccess, RegistryStore):
                 record.subscriber, record.namespace, record.endpoint, record.mode, enc(record.config),
                 record.created_at,
             )
+            await self._signal(c, CHANGE_REGISTRY, f"sub:{row[0]}")
             return SubscriptionRecord(
                 id=row[0], subscriber=record.subscriber, namespace=record.namespace, endpoint=record.endpoint,
                 mode=record.mode, config=record.config, cursor=row[1], created_at=record.created_at,
@@ -85,10 +101,14 @@ class PgRegistryStore(PgAccess, RegistryStore):
         return await self._tx(job)
 
     async def update_subscription(self, record: SubscriptionRecord) -> None:
-        await self._tx(lambda c: c.execute(
-            "UPDATE subscriptions SET endpoint = $1, mode = $2, config = $3 WHERE id = $4",
-            record.endpoint, record.mode, enc(record.config), record.id,
-        ))
+        async def job(c: asyncpg.Connection) -> None:
+            await c.execute(
+                "UPDATE subscriptions SET endpoint = $1, mode = $2, config = $3 WHERE id = $4",
+                record.endpoint, record.mode, enc(record.config), record.id,
+            )
+            await self._signal(c, CHANGE_REGISTRY, f"sub:{record.id}")
+
+        await self._tx(job)
 
     async def move_cursor(self, subscription_id: int, cursor: int) -> None:
         await self._tx(lambda c: c.execute(
@@ -102,6 +122,7 @@ class PgRegistryStore(PgAccess, RegistryStore):
                 await c.execute("DELETE FROM dead_letters WHERE subscription_id = $1", subscription_id)
             await c.execute("DELETE FROM secrets WHERE subscription_id = $1", subscription_id)
             await c.execute("DELETE FROM subscriptions WHERE id = $1", subscription_id)
+            await self._signal(c, CHANGE_REGISTRY, f"sub:{subscription_id}")
 
         await self._tx(job)
 
@@ -138,6 +159,7 @@ class PgRegistryStore(PgAccess, RegistryStore):
                 "INSERT INTO secrets(subscription_id, secret, created_at) VALUES ($1, $2, $3)",
                 subscription_id, secret, created_at,
             )
+            await self._signal(c, CHANGE_REGISTRY, f"secret:{subscription_id}")
             return True
 
         return await self._tx(job)

@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from ._cluster import CHANGE_REGISTRY
 from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
 from ._pg_deliveries import insert_notifications
 from ._records import Stat, StoredEvent
@@ -32,12 +33,19 @@ class PgReplayStore(PgAccess, ReplayStore):
     async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
         r = record
         marks = ", ".join(f"${i}" for i in range(1, len(_FIELDS)))
-        new_id = await self._tx(lambda c: c.fetchval(
-            f"INSERT INTO replays({_COLS[4:]}) VALUES ({marks}) RETURNING id",
-            r.requester, r.namespace, r.subscription_id, r.from_id, r.to_id, bool(r.open_end),
-            msgspec.json.encode(r.config), r.memo, r.state, r.detail, r.position, r.sent, r.expected, r.price,
-            r.charged, r.created_at, r.updated_at,
-        ))
+
+        async def job(c: asyncpg.Connection) -> int:
+            made = await c.fetchval(
+                f"INSERT INTO replays({_COLS[4:]}) VALUES ({marks}) RETURNING id",
+                r.requester, r.namespace, r.subscription_id, r.from_id, r.to_id, bool(r.open_end),
+                msgspec.json.encode(r.config), r.memo, r.state, r.detail, r.position, r.sent, r.expected, r.price,
+                r.charged, r.created_at, r.updated_at,
+            )
+            # The broadcaster that delivers the subscription runs the replay (docs/scaling.md).
+            await self._signal(c, CHANGE_REGISTRY, f"replay:{r.subscription_id}")
+            return int(made)
+
+        new_id = await self._tx(job)
         r.id = int(new_id)
         return r
 

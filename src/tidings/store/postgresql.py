@@ -1,7 +1,8 @@
 """The PostgreSQL store (asyncpg): for several broadcaster processes sharing one database.
 
 Each concern lives in its own module (``_pg_principals``, ``_pg_registry``,
-``_pg_events``, ``_pg_deliveries``, ``_pg_stats``, ``_pg_schemas``, ``_pg_replays``);
+``_pg_events``, ``_pg_deliveries``, ``_pg_stats``, ``_pg_schemas``, ``_pg_replays``,
+``_pg_cluster``: the broadcasters sharing the database, their leases, change signals);
 this one assembles them and owns the connection pool. At open the store applies the
 schema migrations the database lacks (``_pg_migrations``).
 
@@ -13,6 +14,7 @@ number of processes can take turns on.
 from __future__ import annotations
 
 import asyncio
+import secrets
 from typing import Any
 
 import asyncpg
@@ -20,6 +22,7 @@ import asyncpg
 from ..errors import StoreError
 from ._address import redact_address
 from ._base import Store
+from ._pg_cluster import PgClusterStore
 from ._pg_deliveries import PgDeliveryStore
 from ._pg_events import PgEventStore, _Append
 from ._pg_migrations import migrate
@@ -40,6 +43,7 @@ class PostgresStore(
     PgStatisticsStore,
     PgSchemaStore,
     PgReplayStore,
+    PgClusterStore,
     Store,
 ):
     """A PostgreSQL database at ``dsn`` (``postgresql://user@host:port/database``).
@@ -56,6 +60,7 @@ class PostgresStore(
         self._max_size = max_size
         self._max_batch = max_batch
         self._server_settings = server_settings
+        self._origin = secrets.token_hex(8)
         self._pool: asyncpg.Pool | None = None
         self._appends: asyncio.Queue[_Append] | None = None
         self._appender_task: asyncio.Task[None] | None = None

@@ -1,0 +1,198 @@
+"""Several broadcasters on one shared store: membership, leases, and keeping up with the
+others (docs/scaling.md, "Several broadcasters").
+
+Every ``heartbeat_s`` each broadcaster records itself as alive and reads who else is.
+Subscriptions are assigned over the live broadcasters by rendezvous hashing
+(``core.assignment``); a broadcaster delivers a subscription only while it holds that
+subscription's lease, which it renews at every heartbeat for ``lease_s``. So:
+
+* when a broadcaster joins, the ones that held its share stop those workers and release
+  their leases, and it takes them at its next heartbeat;
+* when one dies, its leases lapse after ``lease_s`` and the others take its share: what
+  it had recorded as pending is sent again by the new owner (duplicates only as
+  ``(namespace, eventId)`` repeats), in event order, from the stored cursor;
+* a broadcaster that cannot renew (its store is unreachable) stops delivering before its
+  leases can lapse, so two never push one subscription at once.
+
+Changes made through another broadcaster reach this one as store signals (events
+appended: read the log after the tail; registry changed: reload it) and, in case a
+signal is lost, on the heartbeat timer too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from ..core.assignment import owner, subscription_key
+from ..errors import StoreError
+from ..store import CHANGE_LOG, CHANGE_REGISTRY, ClusterStore, Store, StoredEvent
+from .delivery import Delivery
+from .membership import Membership
+from .registry_sync import RegistrySync
+from .replay import Replays
+from .signing import Signing
+from .tail import Tail
+
+__all__ = ["Cluster"]
+
+log = logging.getLogger("tidings.cluster")
+
+_READ = 1_000
+
+
+class _ClusterStore(ClusterStore, Store):
+    """A store several broadcasters share."""
+
+
+class Cluster:
+    def __init__(
+        self, store: _ClusterStore, membership: Membership, delivery: Delivery, replays: Replays,
+        signing: Signing, sync: RegistrySync, tail: Tail, *,
+        on_events: Callable[[list[StoredEvent]], None], heartbeat_s: float = 1.0, lease_s: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self.membership = membership
+        self._delivery = delivery
+        self._replays = replays
+        self._signing = signing
+        self._sync = sync
+        self._tail = tail
+        self._on_events = on_events
+        self.heartbeat_s = heartbeat_s
+        self.lease_s = lease_s
+        self._monotonic = monotonic
+        self._valid_until = 0.0
+        self._catch_up = asyncio.Event()
+        self._reload = asyncio.Event()
+        self._adopt = asyncio.Event()
+        self._secrets: set[int] = set()
+        self._stop_listening: Callable[[], Awaitable[None]] | None = None
+
+    # -- signals from the others --------------------------------------------------------
+
+    def _heard(self, kind: str, arg: str) -> None:
+        if kind == CHANGE_LOG:
+            self._catch_up.set()
+        elif kind == CHANGE_REGISTRY:
+            what, _, key = arg.partition(":")
+            if what == "secret" and key.isdigit():
+                self._secrets.add(int(key))
+                self._reload.set()
+            elif what == "replay":
+                self._adopt.set()
+            elif self._sync.changed(arg):
+                self._reload.set()
+
+    def appended_here(self, events: list[StoredEvent]) -> None:
+        """This process appended ``events``: another's commits may lie before them."""
+        if events and events[0].seq > self._tail.head + 1:
+            self._catch_up.set()
+
+    async def _follow_log(self) -> None:
+        """Read into the tail what other broadcasters appended, and wake delivery for it."""
+        while True:
+            await self._catch_up.wait()
+            self._catch_up.clear()
+            try:
+                while True:
+                    events = await self._store.read_after(self._tail.head, None, _READ)
+                    if events:
+                        self._on_events(events)
+                    if len(events) < _READ:
+                        break
+            except StoreError as e:
+                log.warning("reading the log after %s failed: %s", self._tail.head, e)
+
+    async def _follow_registry(self) -> None:
+        while True:
+            await self._reload.wait()
+            self._reload.clear()
+            await asyncio.sleep(0.02)  # a burst of changes: one reload
+            self._reload.clear()
+            try:
+                await self._sync.reload()
+                secrets, self._secrets = self._secrets, set()
+                for sub_id in secrets & self.membership.held:
+                    await self._signing.reload(sub_id)
+            except StoreError as e:
+                log.warning("reloading the registry failed: %s", e)
+
+    # -- heartbeat and leases -----------------------------------------------------------
+
+    async def run(self) -> None:
+        """Take part until cancelled; then leave, so the others take over at once."""
+        try:
+            self._stop_listening = await self._store.listen(self._heard)
+        except StoreError as e:
+            log.warning("%s; following the others on the timer only", e)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._follow_log(), name="tidings-cluster-log")
+                tg.create_task(self._follow_registry(), name="tidings-cluster-registry")
+                while True:
+                    await self.beat()
+                    self._catch_up.set()  # in case a signal was lost
+                    self._adopt.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._adopt.wait(), self.heartbeat_s)
+        finally:
+            if self._stop_listening is not None:
+                await self._stop_listening()
+            await self._let_go(set(self.membership.held))
+            with contextlib.suppress(StoreError, OSError):
+                await asyncio.shield(self._store.leave(self.membership.me))
+
+    async def beat(self) -> None:
+        """One heartbeat: who is alive, which subscriptions are ours, take and give leases."""
+        m = self.membership
+        started = self._monotonic()
+        try:
+            m.nodes = [
+                n for n in await self._store.heartbeat(m.me, m.url, forget_after_s=3 * self.lease_s)
+                if n.seen_ms_ago <= self.lease_s * 1000 or n.id == m.me
+            ]
+            live = [n.id for n in m.nodes]
+            mine = {i for i in self._sync.subscription_ids() if owner(subscription_key(i), live) == m.me}
+            # First give back what is no longer ours (stopped before released), then renew
+            # and take: a broadcaster never holds a lease it does not deliver under.
+            await self._let_go(m.held - mine)
+            claimed = await self._store.claim_leases(m.me, [subscription_key(i) for i in sorted(mine)], self.lease_s)
+        except StoreError as e:
+            log.warning("heartbeat failed: %s", e)
+            if self._monotonic() > self._valid_until - self.heartbeat_s:
+                await self._let_go(set(m.held), release=False)  # our leases may lapse: stop first
+            return
+        self._valid_until = started + self.lease_s
+        held = {int(k.partition(":")[2]) for k in claimed}
+        await self._let_go(m.held - held, release=False)  # taken by another meanwhile
+        for sub_id in sorted(held - m.held):
+            await self._take(sub_id)
+        await self._replays.adopt(m.held)
+
+    async def _take(self, sub_id: int) -> None:
+        sub = await self._sync.fresh(sub_id)  # its cursor as the last owner left it
+        if sub is None:
+            await self._store.release_leases(self.membership.me, [subscription_key(sub_id)])
+            return
+        self.membership.held.add(sub_id)
+        await self._signing.reload(sub_id)
+        self._delivery.add(sub)
+        log.info("delivering subscription %s here", sub_id)
+
+    async def _let_go(self, sub_ids: set[int], *, release: bool = True) -> None:
+        if not sub_ids:
+            return
+        m = self.membership
+        m.held -= sub_ids
+        await self._replays.adopt(m.held)
+        for sub_id in sorted(sub_ids):
+            await self._delivery.stop_worker(sub_id)
+        if release:
+            with contextlib.suppress(StoreError):
+                await self._store.release_leases(m.me, [subscription_key(i) for i in sorted(sub_ids)])
+        log.info("subscriptions %s are delivered elsewhere now", sorted(sub_ids))

@@ -1,0 +1,111 @@
+"""Keeping this broadcaster's registry in step with changes made through the others
+(several broadcasters on one store: docs/scaling.md).
+
+Another broadcaster's change arrives as a signal naming what changed (``sub:<id>``,
+``pub:<namespace>``); this reads that item from the store and applies it to the
+registry, telling delivery as the orchestrator would have. Reading item by item, never
+the whole registry while serving, keeps a change made here meanwhile from being undone
+by an older read of another item.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from ..store import Store, SubscriptionRecord
+from .orchestrator import Orchestrator
+from .registry import read_sub_config
+
+__all__ = ["RegistrySync"]
+
+_ASK_AGAIN_S = 1.0
+_MAX_ASKED = 16
+
+
+class RegistrySync:
+    def __init__(self, store: Store, orchestrator: Orchestrator) -> None:
+        self._orch = orchestrator
+        self._store = store
+        self._subs: set[int] = set()
+        self._pubs: set[str] = set()
+        self._asked: dict[str, float] = {}
+
+    def changed(self, what: str) -> bool:
+        """Note a signal's argument; True if it names something to read."""
+        kind, _, key = what.partition(":")
+        if kind == "sub" and key.isdigit():
+            self._subs.add(int(key))
+        elif kind == "pub" and key:
+            self._pubs.add(key)
+        else:
+            return False
+        return True
+
+    def subscription_ids(self) -> list[int]:
+        return list(self._orch.subscriptions)
+
+    async def fresh(self, sub_id: int) -> SubscriptionRecord | None:
+        """Subscription ``sub_id`` as stored now (its cursor included), or None if gone."""
+        found = await self._store.list_subscriptions(after=sub_id - 1, limit=1)
+        return found[0] if found and found[0].id == sub_id else None
+
+    async def look_up(self, namespaces: Sequence[str]) -> None:
+        """Read these publications now (``Orchestrator.known``: asked about a namespace
+        registered through another broadcaster before its signal arrived). A namespace
+        asked about in the last second is not read again: unknown names from a caller
+        must not turn into a read of the registry each."""
+        now = time.monotonic()
+        if len(self._asked) > 10_000:
+            self._asked = {ns: t for ns, t in self._asked.items() if t > now - _ASK_AGAIN_S}
+        fresh = {ns for ns in namespaces[:_MAX_ASKED] if self._asked.get(ns, 0.0) <= now - _ASK_AGAIN_S}
+        if fresh:
+            self._asked.update(dict.fromkeys(fresh, now))
+            await self._reload_publications(fresh)
+
+    async def reload(self) -> None:
+        """Apply the changes signalled since the last call."""
+        pubs, self._pubs = self._pubs, set()
+        subs, self._subs = self._subs, set()
+        if pubs:
+            await self._reload_publications(pubs)
+        for sub_id in sorted(subs):
+            await self._reload_subscription(sub_id)
+
+    async def _reload_publications(self, namespaces: set[str]) -> None:
+        reg = self._orch.registry
+        stored = {p.namespace: p for p in await self._store.list_publications() if p.namespace in namespaces}
+        for ns in sorted(namespaces):
+            pub = stored.get(ns)
+            if pub is None:
+                if ns in reg.publications:
+                    reg.drop_publication(ns)
+                continue
+            if reg.publications.get(ns) != pub:
+                reg.set_publication(pub)
+            reg.publishers[ns] = {p for _, p in await self._store.list_publishers(ns)}
+        self._orch.recount()
+
+    async def _reload_subscription(self, sub_id: int) -> None:
+        reg = self._orch.registry
+        listener = self._orch.listener
+        sub = await self.fresh(sub_id)
+        old = reg.subscriptions.get(sub_id)
+        if sub is None:
+            if old is not None:
+                reg.subscriptions.pop(sub_id, None)
+                reg.sub_configs.pop(sub_id, None)
+                if listener is not None:
+                    listener.subscription_removed(sub_id)
+        elif old is None:
+            reg.subscriptions[sub_id] = sub
+            reg.sub_configs[sub_id] = read_sub_config(sub.config)
+            if listener is not None:
+                listener.subscription_added(sub)
+        elif (old.endpoint, old.mode, old.config) != (sub.endpoint, sub.mode, sub.config):
+            was_stopped = reg.sub_configs[sub_id].stopped
+            reg.subscriptions[sub_id] = sub
+            conf = reg.sub_configs[sub_id] = read_sub_config(sub.config)
+            if listener is not None:
+                listener.subscription_changed(sub, started=was_stopped and not conf.stopped)
+        self._orch.recount()

@@ -1,0 +1,70 @@
+"""The cluster concern: broadcasters sharing one store, their leases, and change signals.
+
+Only a store that several processes share offers it (PostgreSQL); a broker on another
+store is the only broadcaster there is (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+
+import msgspec
+
+__all__ = ["CHANGE_LOG", "CHANGE_REGISTRY", "BroadcasterRecord", "ClusterStore", "LeaseRecord"]
+
+CHANGE_LOG = "log"
+"""Events were appended by another process."""
+CHANGE_REGISTRY = "registry"
+"""Another process changed publications, publishers, subscriptions or their secrets;
+the payload's argument names what (``sub:<id>``, ``pub:<namespace>``), or is empty."""
+
+
+class BroadcasterRecord(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    url: str
+    started_at: int
+    """Unix milliseconds."""
+    seen_ms_ago: int
+    """Milliseconds since its last heartbeat, by the database's clock."""
+
+
+class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
+    key: str
+    owner: str
+    expires_in_ms: int
+    """Negative once lapsed."""
+
+
+class ClusterStore(ABC):
+    """Membership and leases, timed by the store's clock so that the broadcasters' clocks
+    need not agree."""
+
+    @abstractmethod
+    async def heartbeat(self, node: str, url: str, *, forget_after_s: float) -> list[BroadcasterRecord]:
+        """Record ``node`` as alive now and return every broadcaster seen within
+        ``forget_after_s`` seconds (older rows are dropped), by id."""
+
+    @abstractmethod
+    async def leave(self, node: str) -> None:
+        """``node`` stops: its row and its leases go, so others take over at once."""
+
+    @abstractmethod
+    async def claim_leases(self, owner: str, keys: Sequence[str], ttl_s: float) -> list[str]:
+        """Take or renew, for ``ttl_s`` seconds, each key whose lease is free, lapsed or
+        already ``owner``'s; return the keys ``owner`` holds now."""
+
+    @abstractmethod
+    async def release_leases(self, owner: str, keys: Sequence[str]) -> None:
+        """Give up those of ``keys`` that ``owner`` holds."""
+
+    @abstractmethod
+    async def leases(self, prefix: str = "") -> list[LeaseRecord]:
+        """Every lease whose key starts with ``prefix``, lapsed ones included, by key."""
+
+    @abstractmethod
+    async def listen(self, on_change: Callable[[str, str], None]) -> Callable[[], Awaitable[None]]:
+        """Call ``on_change(kind, argument)`` for each change another process makes
+        (``CHANGE_LOG``, ``CHANGE_REGISTRY``) until the returned coroutine function is
+        awaited. Signals may be lost (a dropped connection): they are hints, and the
+        broker also reads on a timer."""
