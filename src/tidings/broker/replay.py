@@ -41,7 +41,6 @@ from ..core.wire_replay import (
     ReplayStatusUpdate,
     replay_err,
     replay_ok,
-    state_of,
 )
 from ..errors import Forbidden, Unavailable
 from ..settings import Settings
@@ -49,6 +48,7 @@ from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Stat, Sto
 from .delivery import Delivery
 from .orchestrator import Orchestrator
 from .replay_flow import InFlight, ReadAhead
+from .replay_report import status_of
 from .replay_source import ReplaySource
 
 __all__ = ["TOO_MANY_CONCURRENT", "TOO_MANY_FOR_PRINCIPAL", "Replays"]
@@ -429,7 +429,7 @@ class Replays:
             q.prev, take, namespace=namespace, states=None if state is None else [state], requester=requester
         )
         counts = await self._store.replay_counts([r.id for r in recs])
-        return [_status(r, counts[r.id].pending, counts[r.id].dead_lettered) for r in recs]
+        return [status_of(r, counts[r.id].pending, counts[r.id].dead_lettered) for r in recs]
 
     # -- credit -------------------------------------------------------------------------
 
@@ -478,31 +478,3 @@ def _stats(sub: SubscriptionRecord, n: int) -> list[Stat]:
         Stat("subscription", str(sub.id), "icrc77:subscription:stats:replayed", n),
         Stat("subscriber", sub.subscriber, "icrc77:subscriber:stats:replayed", n),
     ]
-
-
-def _status(r: ReplayRecord, pending: int, dead: int) -> ReplayStatus:
-    reached = r.position - r.from_id + 1
-    stats: dict[str, int] = {
-        "icrc77:replay:stats:expected": r.expected,
-        "icrc77:replay:stats:reached": reached,
-        "icrc77:replay:stats:position": r.position,
-        "icrc77:replay:stats:end_id": r.to_id - 1,
-        "icrc77:replay:stats:sent": r.sent,
-        "icrc77:replay:stats:skipped": reached - r.sent,
-        "icrc77:replay:stats:pending": pending,
-        "icrc77:replay:stats:deadLettered": dead,
-        "icrc77:replay:stats:confirmed": r.sent - pending - dead,
-        "icrc77:replay:stats:price": r.price,
-        "icrc77:replay:stats:charged": r.charged,
-        "icrc77:replay:stats:created_at": r.created_at,
-        "icrc77:replay:stats:updated_at": r.updated_at,
-    }
-    pairs: list[tuple[str, Any]] = [(k, {"Nat": v}) for k, v in stats.items()]
-    if r.memo is not None:
-        pairs.append(("icrc77:replay:memo", {"Blob": r.memo}))
-    return ReplayStatus(
-        replayId=r.id, namespace=r.namespace, config=[(p[0], p[1]) for p in r.config], stats=pairs,
-        range=(r.from_id, None if r.open_end else r.to_id), status=state_of(r.state, r.sent, r.detail),
-        requester=r.requester, subscription=r.subscription_id,
-    )
-
