@@ -594,6 +594,13 @@ async def pipeline(s: Settings) -> list[Row]:
     ]
 
 
+async def cluster(s: Settings) -> list[Row]:
+    """Several broadcasters on one PostgreSQL (bench/cluster.py)."""
+    from bench.cluster import scenario
+
+    return await scenario(s)
+
+
 SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "publish-1": publish_1,
     "publish-100": publish_100,
@@ -607,4 +614,5 @@ SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "xmpp-latency": xmpp_latency,
     "filter-cost": filter_cost,
     "pipeline": pipeline,
+    "cluster": cluster,
 }

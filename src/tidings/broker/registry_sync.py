@@ -10,6 +10,7 @@ by an older read of another item.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -30,6 +31,7 @@ class RegistrySync:
         self._subs: set[int] = set()
         self._pubs: set[str] = set()
         self._asked: dict[str, float] = {}
+        self._asking = asyncio.Lock()
 
     def changed(self, what: str) -> bool:
         """Note a signal's argument; True if it names something to read."""
@@ -55,13 +57,18 @@ class RegistrySync:
         registered through another broadcaster before its signal arrived). A namespace
         asked about in the last second is not read again: unknown names from a caller
         must not turn into a read of the registry each."""
-        now = time.monotonic()
-        if len(self._asked) > 10_000:
-            self._asked = {ns: t for ns, t in self._asked.items() if t > now - _ASK_AGAIN_S}
-        fresh = {ns for ns in namespaces[:_MAX_ASKED] if self._asked.get(ns, 0.0) <= now - _ASK_AGAIN_S}
-        if fresh:
-            self._asked.update(dict.fromkeys(fresh, now))
-            await self._reload_publications(fresh)
+        async with self._asking:  # callers asking at once wait for one read, then find it
+            known = self._orch.registry.publications
+            now = time.monotonic()
+            if len(self._asked) > 10_000:
+                self._asked = {ns: t for ns, t in self._asked.items() if t > now - _ASK_AGAIN_S}
+            fresh = {
+                ns for ns in namespaces[:_MAX_ASKED]
+                if ns not in known and self._asked.get(ns, 0.0) <= now - _ASK_AGAIN_S
+            }
+            if fresh:
+                self._asked.update(dict.fromkeys(fresh, now))
+                await self._reload_publications(fresh)
 
     async def reload(self) -> None:
         """Apply the changes signalled since the last call."""
