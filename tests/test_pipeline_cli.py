@@ -67,3 +67,32 @@ def test_numbers_are_formatted_for_people() -> None:
     assert fmt_rate(2.5, "rows") == "2.5 rows/s"
     assert [fmt_bytes(b) for b in (512, 1536, 3 * 2**30, 5 * 2**40)] == ["512 B", "1.5 KiB", "3.0 GiB", "5,120.0 GiB"]
     assert [fmt_seconds(s) for s in (0.42, 12.34, 125, 7300)] == ["0.42 s", "12.3 s", "2 min 5 s", "2 h 1 min"]
+
+
+def test_tidings_archive_is_the_archive_job_and_its_maintenance(tmp_path: Path) -> None:
+    """``tidings archive`` (the name the issue and docs/pipeline.md use) parses as
+    ``tidings pipeline archive``; ``tidings archive compact|expire|vacuum`` as the others,
+    with the folder given before or after the action."""
+    from tidings.pipeline.cli import add_archive_parser
+
+    p = argparse.ArgumentParser(prog="tidings")
+    add_archive_parser(p.add_subparsers(dest="command", required=True))
+    args = p.parse_args(["archive", "--data-dir", str(tmp_path), "--older-than", "1h", "--no-trim"])
+    assert (args.archive_action, args.data_dir, args.older_than, args.no_trim) == (None, tmp_path, 3600, True)
+    for where in (["--data-dir", str(tmp_path), "compact"], ["compact", "--data-dir", str(tmp_path)]):
+        args = p.parse_args(["archive", *where, "--min-files", "3"] if where[0] == "compact" else ["archive", *where])
+        assert args.archive_action == "compact" and args.data_dir == tmp_path, where
+    assert p.parse_args(["archive", "expire"]).archive_action == "expire"
+
+
+def test_tidings_archive_runs_from_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    make_store(tmp_path / "var", {"a": 1})
+    run = [sys.executable, "-m", "tidings", "archive"]
+    proc = subprocess.run([*run, "expire", "--data-dir", str(tmp_path / "var")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"expired": [], "deliveries_trimmed": 0}
+    proc = subprocess.run([*run, "--data-dir", str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("store_not_found: ")

@@ -11,7 +11,8 @@
     tidings distributor serve|reconcile --config FILE ... (see interchain/cli.py)
     tidings schema register|get|list|versions|deprecate|retract|delete|retention|... (see _cli_schema)
     tidings replay register|cancel|status|list|fund|credit ... (see _cli_replay)
-    tidings pipeline archive|expire|stats ... (Spark jobs; see pipeline/cli.py)
+    tidings pipeline archive|expire|compact|vacuum|stats ... (see pipeline/cli.py)
+    tidings archive [compact|expire|vacuum] ... (the same archive actions)
 
 ``principal`` commands work on the embedded store directly (also while the server
 runs), so the first tokens can be made before any exists.
@@ -34,7 +35,7 @@ from ._cli_replay import add_replay_parser, run_replay
 from ._cli_schema import add_schema_parser, run_schema
 from .errors import TidingsError
 from .interchain.cli import add_distributor_parser, run_distributor
-from .pipeline.cli import add_pipeline_parser, run_pipeline
+from .pipeline.cli import add_archive_parser, add_pipeline_parser, run_archive, run_pipeline
 from .settings import Settings
 
 __all__ = ["main"]
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     add_replay_parser(sub, schema_common)
     add_distributor_parser(sub)
     add_pipeline_parser(sub)
+    add_archive_parser(sub)
     return p
 
 
@@ -129,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_distributor(args)
         if args.command == "pipeline":
             return run_pipeline(args)
+        if args.command == "archive":
+            return run_archive(args)
         if args.command == "dead-letters":
             return asyncio.run(_dead_letters(args))
         if args.command == "schema":

@@ -40,7 +40,7 @@ from typing import Any
 from ..errors import TidingsError
 from .errors import PipelineError
 
-__all__ = ["add_pipeline_parser", "main", "parse_duration", "run_pipeline"]
+__all__ = ["add_archive_parser", "add_pipeline_parser", "main", "parse_duration", "run_archive", "run_pipeline"]
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 KEEP_DELIVERIES = "30d"
@@ -61,12 +61,34 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
         "pipeline", help="archive the log to Parquet, retention, compaction, statistics (Spark)"
     )
     sub = p.add_subparsers(dest="pipeline_action", required=True)
+    common = _common()
 
+    _archive_arguments(sub.add_parser("archive", parents=[common], help="move old events to the Parquet archive"))
+    _maintenance_parsers(sub, common)
+
+    s = sub.add_parser("stats", parents=[common], help="delivery statistics and an HTML report")
+    s.add_argument("--out", type=Path, default=Path("tidings-stats.html"),
+                   help="the HTML report to write (default ./tidings-stats.html)")
+    s.add_argument("--since", type=parse_duration, help="only the last ... (e.g. 24h, 7d; default everything kept)")
+    s.add_argument("--bucket", default="1h", help="time-series bucket (e.g. 5m, 1h, 1d; default 1h)")
+    s.add_argument("--master", help="Spark master or Spark Connect URL sc://HOST:PORT (default local[*])")
+    s.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+def _common(*, inner: bool = False) -> argparse.ArgumentParser:
+    """The folder options. ``inner``: for an action under ``tidings archive``, which has them
+    too: given after the action they count, and left out they keep the outer value."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", type=Path, help="store folder (default ./var, env TIDINGS_DATA_DIR)")
-    common.add_argument("--archive-dir", type=Path, help="Parquet archive (default <data-dir>/archive)")
+    default: Any = argparse.SUPPRESS if inner else None
+    common.add_argument("--data-dir", type=Path, default=default,
+                        help="store folder (default ./var, env TIDINGS_DATA_DIR)")
+    common.add_argument("--archive-dir", type=Path, default=default,
+                        help="Parquet archive (default <data-dir>/archive)")
+    return common
 
-    a = sub.add_parser("archive", parents=[common], help="move old events to the Parquet archive")
+
+def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--older-than", type=parse_duration, default=parse_duration("7d"),
                    help="archive events older than this (seconds, or 90m, 12h, 30d; default 7d)")
     a.add_argument("--namespace", action="append", help="only this namespace (repeatable)")
@@ -78,6 +100,8 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
     a.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
                    help=f"delete delivery records older than this (default {KEEP_DELIVERIES})")
 
+
+def _maintenance_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     e = sub.add_parser("expire", parents=[common], help="delete archive partitions past their retention")
     e.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
                    help=f"delete delivery records older than this (default {KEEP_DELIVERIES})")
@@ -90,14 +114,22 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
                        help="switch an older store to incremental vacuum (rewrites the file; stop the server first)")
     v.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
-    s = sub.add_parser("stats", parents=[common], help="delivery statistics and an HTML report")
-    s.add_argument("--out", type=Path, default=Path("tidings-stats.html"),
-                   help="the HTML report to write (default ./tidings-stats.html)")
-    s.add_argument("--since", type=parse_duration, help="only the last ... (e.g. 24h, 7d; default everything kept)")
-    s.add_argument("--bucket", default="1h", help="time-series bucket (e.g. 5m, 1h, 1d; default 1h)")
-    s.add_argument("--master", help="Spark master or Spark Connect URL sc://HOST:PORT (default local[*])")
-    s.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+def add_archive_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``tidings archive [options]`` runs the archive job; ``tidings archive compact|expire|vacuum``
+    the maintenance actions: the same as ``tidings pipeline archive``, ``... compact`` and so on."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "archive", parents=[_common()], help="archive the log to Parquet (or: archive compact|expire|vacuum)"
+    )
+    _archive_arguments(p)
+    _maintenance_parsers(p.add_subparsers(dest="archive_action", required=False), _common(inner=True))
     return p
+
+
+def run_archive(args: argparse.Namespace) -> int:
+    """Run what :func:`add_archive_parser` parsed."""
+    args.pipeline_action = args.archive_action or "archive"
+    return run_pipeline(args)
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
