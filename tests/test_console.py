@@ -495,3 +495,45 @@ async def test_publication_config_and_deleting_publications_and_subscriptions(
     await expect(page.locator("#publications .results .ok")).to_have_count(0)
     await expect(row).to_have_count(0)
     assert await api(server, "icrc72_get_publications", {}) == []
+
+
+async def test_broadcasters_and_their_assignments_when_there_are_several(
+    browser: Browser, server_factory: Callable[..., ServerProcess], pg_database: str
+) -> None:
+    """Two broadcasters on one PostgreSQL database (docs/scaling.md): the console lists
+    both, with the publications each owns and the subscriptions each delivers."""
+    from .pg_support import schema_address
+
+    store = schema_address(pg_database)
+    fast = {"workers": "1", "heartbeat_s": "0.25", "lease_s": "1"}
+    first = server_factory(store=store, broadcaster_id="b0", **fast)
+    d = first.data_dir.parent / "second"
+    d.mkdir()
+    shutil.copy(first.data_dir / "admin.token", d / "admin.token")
+    second = ServerProcess(d, env={f"TIDINGS_{k.upper()}": v for k, v in {**fast, "store": store,
+                                                                         "broadcaster_id": "b1"}.items()})
+    second.start()
+    try:
+        await api(first, "icrc72_register_publication", [{"namespace": NS}])
+        subs = [{"namespace": NS, "endpoint": f"http://127.0.0.1:9/{i}"} for i in range(20)]
+        await api(first, "icrc72_register_subscription", subs)
+
+        async def delivered() -> bool:
+            rows = await api(second, "icrc72_get_broadcasters", {})
+            return len(rows) == 2 and sum(
+                dict(r["stats"])["tidings:broadcaster:subscriptions"]["Nat"] for r in rows) == 20
+
+        await eventually(delivered, timeout=20)
+        page = await open_console(browser, second, second.admin_token)
+        await page.click("#nav >> text=Broadcasters")
+        rows = page.locator("#broadcasters tbody tr")
+        await expect(rows).to_have_count(2)
+        await expect(rows.nth(0).locator("td").first).to_have_text("b0")
+        await expect(rows.nth(1).locator("td").first).to_have_text("b1")
+        counts = [int(await rows.nth(i).locator("td").nth(3).inner_text()) for i in range(2)]
+        assert sum(counts) == 20
+        owned = [int(await rows.nth(i).locator("td").nth(2).inner_text()) for i in range(2)]
+        assert sorted(owned) == [0, 1]
+        await expect(page.locator("#view")).to_contain_text("2 broadcasters share one store")
+    finally:
+        second.stop()

@@ -74,15 +74,17 @@ export function broadcastersView(root, ctx) {
   (async () => {
     let rows, pubs;
     try { rows = await call("icrc72_get_broadcasters", {}); pubs = await get("publications", { take: 100 }); } catch (e) { showError(box, e); return; }
-    const table = h("table", { id: "broadcasters" }, h("thead", {}, h("tr", {}, h("th", {}, "broadcaster"), h("th", {}, "statistics"), h("th", {}, "assigned publications"))),
+    const stat = (b, key) => { const found = b.stats.find(([k]) => k === key); return found ? Object.values(found[1])[0] : 0; };
+    const table = h("table", { id: "broadcasters" }, h("thead", {}, h("tr", {}, h("th", {}, "broadcaster"), h("th", {}, "statistics"), h("th", {}, "assigned publications"), h("th", {}, "subscriptions delivered"))),
       h("tbody", {}, rows.map((b) => h("tr", {},
         h("td", {}, b.broadcaster),
         h("td", {}, h("ul", { class: "results" }, b.stats.map(([k, v]) => h("li", {}, k + ": " + Object.values(v)[0])))),
-        h("td", {}, rows.length === 1 ? "all " + pubs.total + " publications" : "")))));
+        h("td", {}, rows.length === 1 ? "all " + pubs.total + " publications" : String(stat(b, "tidings:broadcaster:publications"))),
+        h("td", {}, String(stat(b, "tidings:broadcaster:subscriptions")))))));
     clear(box).append(h("div", { class: "table-wrap" }, table),
       h("p", { class: "muted" }, rows.length === 1
         ? "This server runs one broadcaster; it serves every publication. Interchain distributors are configured in their own file (docs/interchain.md)."
-        : rows.length + " broadcasters."));
+        : rows.length + " broadcasters share one store; each delivers the subscriptions it holds the lease of (docs/scaling.md)."));
   })();
   return null;
 }
