@@ -69,6 +69,7 @@ class ServerProcess:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None:
             return
+        kids = self.children()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -76,6 +77,11 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # Its front processes die with it (PR_SET_PDEATHSIG), a moment later: until they
+        # have, they hold the port, and a restart's readiness check could reach one.
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{k}").exists() for k in kids) and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.proc = None
         self._log.close()
 
