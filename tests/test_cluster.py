@@ -117,7 +117,10 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
         stats = {b.broadcaster: dict(b.stats) for b in infos}
         assert sum(s["tidings:broadcaster:subscriptions"]["Nat"] for s in stats.values()) == 30
         assert stats["b2"]["tidings:broadcaster:url"] == {"Text": f"http://127.0.0.1:{servers[2].port}"}
-        assert sum(s["tidings:broadcaster:publications"]["Nat"] for s in stats.values()) == 1
+        # The publication, and each broadcaster's own control-plane namespace.
+        assert {k: s["tidings:broadcaster:publications"]["Nat"] for k, s in stats.items()} == {
+            k: 1 + (k == owner) for k, owner in zip(stats, [await owner_of(admin, NS)] * 3, strict=True)
+        }
         assert [b.broadcaster for b in await admin.get_broadcasters(prev="b0", take=1)] == ["b1"]
 
         serving = await admin.get_publication_broadcasters(NS)
@@ -128,8 +131,37 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
         assert sum(counts.values()) == 30
         with pytest.raises(Exception, match="namespace"):
             await admin.get_publication_broadcasters("com.example.nothing")
+        assert await owner_of(admin, "icrc72:broadcaster:sys:b2") == "b2"
         named = await admin.get_broadcaster_subscriptions("b0")
         assert {s.id for s in named} == {i for i, b in by.items() if b == "b0"}
+
+    # Each broadcaster recorded what it took on its control-plane namespace; an admin
+    # tails it, nobody registers or publishes to it, and only admins subscribe to it.
+    log = [e for k, s in enumerate(servers) for e in await control_events(s, f"icrc72:broadcaster:sys:b{k}")]
+    recorded: dict[int, str] = {}
+    for e in sorted(log, key=lambda e: e["seq"]):
+        for _ns, _subscriber, sub_id in e["data"].get("icrc72:broadcaster:subscriber:remove", []):
+            assert recorded.pop(sub_id) == e["source"]
+        for ns, subscriber, sub_id in e["data"].get("icrc72:broadcaster:subscriber:add", []):
+            assert (ns, subscriber) == (NS, "admin")
+            recorded[sub_id] = e["source"]
+    assert recorded == by
+    alice = servers[0].cli("principal", "create", "alice")
+    async with aiohttp.ClientSession() as http:
+        for method, arg in (
+            ("icrc72_register_publication", [{"namespace": "icrc72:broadcaster:sys:b9"}]),
+            ("icrc72_register_subscription", [{"namespace": "icrc72:broadcaster:sys:b0", "endpoint": ep.url}]),
+            ("icrc72_publish", [{"namespace": "icrc72:broadcaster:sys:b0", "data": {"Nat": 1}}]),
+        ):
+            async with http.post(f"{servers[1].url}/v1/{method}", json=arg,
+                                 headers={"authorization": f"Bearer {alice}"}) as r:
+                (item,) = await r.json()
+                assert "Err" in item, (method, item)
+        async with http.post(f"{servers[1].url}/v1/icrc72_publish", json=[
+            {"namespace": "icrc72:broadcaster:sys:b0", "data": {"Nat": 1}}
+        ], headers={"authorization": f"Bearer {servers[1].admin_token}"}) as r:
+            (item,) = await r.json()
+            assert "Err" in item  # not even an admin writes the service's own log
 
     # Events published through any broadcaster reach every subscription once, in order.
     for i, s in enumerate(servers):
@@ -232,6 +264,32 @@ async def test_a_killed_broadcaster_s_subscriptions_move_and_nothing_acknowledge
     for i in sub_ids:
         firsts = list(dict.fromkeys(rec.got[i]))
         assert firsts == sorted(firsts), f"subscription {i} saw events out of order"
+
+
+async def owner_of(admin: Admin, namespace: str) -> str:
+    (owner,) = [b.broadcaster for b in await admin.get_publication_broadcasters(namespace)
+                if dict(b.stats)["tidings:broadcaster:role"] == {"Text": "owner"}]
+    return owner
+
+
+async def control_events(server: ServerProcess, namespace: str) -> list[dict[str, Any]]:
+    """The recent events of a namespace, through the console's tail feed, as the admin."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.get(
+        f"{server.url}/console/api/tail", params={"namespace": namespace},
+        headers={"authorization": f"Bearer {server.admin_token}"},
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        name = None
+        async for raw in resp.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: ") and name == "event":
+                out.append(json.loads(line[6:]))
+            elif line.startswith("data: ") and name == "ready":
+                return out
+    return out
 
 
 async def _all_held(servers: list[ServerProcess], sub_ids: list[int]) -> bool:

@@ -935,7 +935,7 @@ async def test_statistics_are_exact_under_concurrent_load(world: World) -> None:
         publishers = {p.publisher: _nats(p.stats) for p in await admin.get_publishers()}
         subscribers = {s.subscriber: _nats(s.stats) for s in await admin.get_subscribers()}
         subs = {s.id: _nats(s.stats) for s in await admin.get_subscriptions()}
-        (b,) = await admin.get_broadcasters()
+        (b,) = await admin.get_broadcasters(stats_filter=["icrc72:broadcaster:stats:"])
         return (
             {ns: {k: d[k] for k in want_pubs[ns]} for ns, d in pubs.items()},
             {p: {k: d[k] for k in want_publishers[p]} for p, d in publishers.items()},

@@ -29,7 +29,8 @@ from collections.abc import Awaitable, Callable
 
 from ..core.assignment import owner, subscription_key
 from ..errors import StoreError
-from ..store import CHANGE_LOG, CHANGE_REGISTRY, ClusterStore, Store, StoredEvent
+from ..store import CHANGE_LOG, CHANGE_REGISTRY, ClusterStore, Store, StoredEvent, SubscriptionRecord
+from .control_log import ControlLog
 from .delivery import Delivery
 from .membership import Membership
 from .registry_sync import RegistrySync
@@ -51,7 +52,7 @@ class _ClusterStore(ClusterStore, Store):
 class Cluster:
     def __init__(
         self, store: _ClusterStore, membership: Membership, delivery: Delivery, replays: Replays,
-        signing: Signing, sync: RegistrySync, tail: Tail, *,
+        signing: Signing, sync: RegistrySync, tail: Tail, control: ControlLog, *,
         on_events: Callable[[list[StoredEvent]], None], heartbeat_s: float = 1.0, lease_s: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -62,6 +63,10 @@ class Cluster:
         self._signing = signing
         self._sync = sync
         self._tail = tail
+        self._control = control
+        self._opened = False
+        self._added: list[SubscriptionRecord] = []
+        self._removed: list[SubscriptionRecord] = []
         self._on_events = on_events
         self.heartbeat_s = heartbeat_s
         self.lease_s = lease_s
@@ -145,6 +150,7 @@ class Cluster:
                 await self._stop_listening()
             await self._let_go(set(self.membership.held))
             with contextlib.suppress(StoreError, OSError):
+                await self._record()
                 await asyncio.shield(self._store.leave(self.membership.me))
 
     async def beat(self) -> None:
@@ -152,6 +158,9 @@ class Cluster:
         m = self.membership
         started = self._monotonic()
         try:
+            if not self._opened:
+                await self._control.open()
+                self._opened = True
             m.nodes = [
                 n for n in await self._store.heartbeat(m.me, m.url, forget_after_s=3 * self.lease_s)
                 if n.seen_ms_ago <= self.lease_s * 1000 or n.id == m.me
@@ -173,6 +182,15 @@ class Cluster:
         for sub_id in sorted(held - m.held):
             await self._take(sub_id)
         await self._replays.adopt(m.held)
+        await self._record()
+
+    async def _record(self) -> None:
+        """Write this heartbeat's changes to the control-plane namespace (``control_log``)."""
+        added, removed, self._added, self._removed = self._added, self._removed, [], []
+        try:
+            await self._control.record(added, removed)
+        except StoreError as e:
+            log.warning("recording %d assignment change(s) failed: %s", len(added) + len(removed), e)
 
     async def _take(self, sub_id: int) -> None:
         sub = await self._sync.fresh(sub_id)  # its cursor as the last owner left it
@@ -182,6 +200,7 @@ class Cluster:
         self.membership.held.add(sub_id)
         await self._signing.reload(sub_id)
         self._delivery.add(sub)
+        self._added.append(sub)
         log.info("delivering subscription %s here", sub_id)
 
     async def _let_go(self, sub_ids: set[int], *, release: bool = True) -> None:
@@ -189,6 +208,11 @@ class Cluster:
             return
         m = self.membership
         m.held -= sub_ids
+        # A subscription deleted meanwhile is recorded by its id alone.
+        self._removed += [
+            self._sync.known(i) or SubscriptionRecord(id=i, subscriber="", namespace="", endpoint=None)
+            for i in sorted(sub_ids)
+        ]
         await self._replays.adopt(m.held)
         for sub_id in sorted(sub_ids):
             await self._delivery.stop_worker(sub_id)
@@ -196,3 +220,4 @@ class Cluster:
             with contextlib.suppress(StoreError):
                 await self._store.release_leases(m.me, [subscription_key(i) for i in sorted(sub_ids)])
         log.info("subscriptions %s are delivered elsewhere now", sorted(sub_ids))
+

@@ -9,6 +9,7 @@ and delivers every subscription: ``Membership.alone``.
 from __future__ import annotations
 
 from ..core.assignment import owner, publication_key, subscription_key
+from ..core.namespaces import is_system, system_namespace
 from ..store import BroadcasterRecord
 
 __all__ = ["Membership"]
@@ -37,8 +38,14 @@ class Membership:
         return [n.id for n in self.nodes] if self.shared else [self.me]
 
     def publication_owner(self, namespace: str) -> str:
-        """The broadcaster a publication is assigned to (where the SDK should publish)."""
-        return owner(publication_key(namespace), self.live_ids()) or self.me
+        """The broadcaster a publication is assigned to (where the SDK should publish); a
+        broadcaster's control-plane namespace is its own."""
+        live = self.live_ids()
+        if is_system(namespace):
+            mine = [n for n in live if system_namespace(n) == namespace]
+            if mine:
+                return mine[0]
+        return owner(publication_key(namespace), live) or self.me
 
     def subscription_owner(self, sub_id: int) -> str | None:
         """The broadcaster a subscription is assigned to, by the live list (its lease may

@@ -20,11 +20,10 @@ from typing import Any, Protocol
 from msgspec import UNSET
 
 from ..core import config as cfg
-from ..core import ens, values, webhooks, wire_stream
-from ..core.namespaces import is_catch_all, is_pattern, namespace_error, pattern_error
+from ..core import webhooks
+from ..core.namespaces import is_catch_all, is_pattern, is_system, namespace_error, pattern_error
 from ..core.replay import read_pricing
 from ..core.wire import (
-    GenericError,
     ItemResult,
     PublicationRegistration,
     PublicationUpdate,
@@ -33,8 +32,8 @@ from ..core.wire import (
     err,
     ok,
 )
-from ..outbound import url_syntax_problem
 from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
+from .registration_checks import SYSTEM_REFUSAL, check_values, endpoint_error, limit_reached
 from .registry import Registry, read_sub_config
 from .registry_queries import RegistryQueries
 
@@ -61,33 +60,6 @@ class RegistryListener(Protocol):
     def sent_position(self, namespace: str) -> int | None:
         """The seq up to which every subscription of ``namespace`` has been sent its events."""
         ...
-
-
-def _check_values(pairs: Sequence[Sequence[Any]]) -> str | None:
-    for key, value in pairs:
-        if value is None:
-            continue
-        try:
-            values.check(value, f"$.config.{key}")
-        except values.InvalidValue as e:
-            return str(e)
-    return None
-
-
-def _endpoint_error(endpoint: str | None, principal: str) -> str | None:
-    if not endpoint:
-        return "a subscription needs an endpoint: the http(s) URL notifications are POSTed to"
-    if endpoint.startswith(ens.ENTITY_PREFIX):  # an XMPP subscriber's own address (docs/xmpp.md)
-        return ens.endpoint_error(endpoint, principal)
-    if endpoint.startswith(wire_stream.STREAM_PREFIX):  # pushed over a stream connection (docs/streaming.md)
-        return wire_stream.endpoint_error(endpoint)
-    return url_syntax_problem(endpoint, "endpoint")
-
-
-def _limit(what: str, n: int, setting: str) -> ItemResult:
-    return err("GenericError", GenericError(
-        429, f"limit reached: a principal holds at most {n} {what} ({setting}); delete some first"
-    ))
 
 
 class Orchestrator(RegistryQueries):
@@ -200,9 +172,12 @@ class Orchestrator(RegistryQueries):
     ) -> list[ItemResult]:
         out: list[ItemResult] = []
         for reg in regs:
-            problem = namespace_error(reg.namespace) or _check_values(reg.config)
+            problem = namespace_error(reg.namespace) or check_values(reg.config)
             if problem:
                 out.append(err("ImproperConfig", problem))
+                continue
+            if is_system(reg.namespace):
+                out.append(err("Unauthorized", SYSTEM_REFUSAL.format(reg.namespace)))
                 continue
             config = [list(p) for p in reg.config]
             problem = self._config_problem(config) or await self._authorization_url_problem(config)
@@ -212,7 +187,9 @@ class Orchestrator(RegistryQueries):
             existing = self.publications.get(reg.namespace)
             created = False
             if existing is None and not caller.admin and self._owned[caller.name] >= self._max_publications:
-                out.append(_limit("publications", self._max_publications, "TIDINGS_MAX_PUBLICATIONS_PER_PRINCIPAL"))
+                out.append(limit_reached(
+                    "publications", self._max_publications, "TIDINGS_MAX_PUBLICATIONS_PER_PRINCIPAL"
+                ))
                 continue
             if existing is None:
                 rec = PublicationRecord(
@@ -255,7 +232,7 @@ class Orchestrator(RegistryQueries):
             if not self.controls_publication(caller, pub):
                 out.append(err("Unauthorized", f"{caller.name} is not a controller of {u.namespace!r}"))
                 continue
-            problem = _check_values(u.config)
+            problem = check_values(u.config)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
@@ -342,14 +319,19 @@ class Orchestrator(RegistryQueries):
         out: list[ItemResult] = []
         for reg in regs:
             problem = (
-                pattern_error(reg.namespace) or _endpoint_error(reg.endpoint, caller.name) or _check_values(reg.config)
+                pattern_error(reg.namespace) or endpoint_error(reg.endpoint, caller.name) or check_values(reg.config)
                 or (webhooks.secret_error(reg.secret) if reg.secret is not None else None)
             ) or await self._endpoint_problem(reg.endpoint)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
             if not caller.admin and self._subscribed[caller.name] >= self._max_subscriptions:
-                out.append(_limit("subscriptions", self._max_subscriptions, "TIDINGS_MAX_SUBSCRIPTIONS_PER_PRINCIPAL"))
+                out.append(limit_reached(
+                    "subscriptions", self._max_subscriptions, "TIDINGS_MAX_SUBSCRIPTIONS_PER_PRINCIPAL"
+                ))
+                continue
+            if is_system(reg.namespace) and not caller.admin:
+                out.append(err("Unauthorized", SYSTEM_REFUSAL.format(reg.namespace) + "; admins may subscribe"))
                 continue
             if is_catch_all(reg.namespace) and not caller.admin:
                 out.append(err("Unauthorized", (
@@ -416,8 +398,8 @@ class Orchestrator(RegistryQueries):
             if not self.controls_subscription(caller, sub):
                 out.append(err("Unauthorized", f"{caller.name} is not a controller of subscription {u.id}"))
                 continue
-            problem = _check_values(u.config) or (
-                _endpoint_error(u.endpoint, sub.subscriber) if u.endpoint is not None else None
+            problem = check_values(u.config) or (
+                endpoint_error(u.endpoint, sub.subscriber) if u.endpoint is not None else None
             ) or await self._endpoint_problem(u.endpoint)
             if problem:
                 out.append(err("ImproperConfig", problem))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..core import config as cfg
-from ..core.namespaces import is_pattern, matcher
+from ..core.namespaces import is_pattern, is_system, matcher
 from ..errors import NotFound
 from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
 
@@ -115,7 +115,8 @@ class Registry:
             return cached[1]
         match = self.matcher(sub.namespace)
         found = sorted(
-            ns for ns in self.publications if match(ns) and self.pub_configs[ns].authorization_url is None
+            ns for ns in self.publications
+            if match(ns) and self.pub_configs[ns].authorization_url is None and not is_system(ns)
         )
         self._pattern_cache[sub.namespace] = (self._version, found)
         return found

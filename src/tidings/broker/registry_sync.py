@@ -44,6 +44,9 @@ class RegistrySync:
             return False
         return True
 
+    def known(self, sub_id: int) -> SubscriptionRecord | None:
+        return self._orch.subscriptions.get(sub_id)
+
     def subscription_ids(self) -> list[int]:
         return list(self._orch.subscriptions)
 

@@ -29,6 +29,7 @@ from .authorization import Authorizer
 from .broadcaster import Broadcaster
 from .broadcaster_queries import BroadcasterQueries
 from .cluster import Cluster
+from .control_log import ControlLog
 from .dead_letters import DeadLetters
 from .delivery import Delivery
 from .membership import Membership
@@ -106,7 +107,9 @@ class Broker:
         if isinstance(store, ClusterStore):
             self.cluster = Cluster(
                 store, self.membership, self.delivery, self.replays, self.signing,  # type: ignore[arg-type]
-                self._sync, self.tail, on_events=self._appended_elsewhere,
+                self._sync, self.tail,
+                ControlLog(store, self.registry, settings.broadcaster_id, on_appended=self._appended),
+                on_events=self._appended_elsewhere,
                 heartbeat_s=settings.heartbeat_s, lease_s=settings.lease_s,
             )
         self._cluster_task: asyncio.Task[None] | None = None

@@ -26,7 +26,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = ["MAX_NAMESPACE", "is_catch_all", "is_pattern", "matcher", "namespace_error", "pattern_error"]
+__all__ = [
+    "MAX_NAMESPACE", "SYSTEM_PREFIXES", "is_catch_all", "is_pattern", "is_system", "matcher", "namespace_error",
+    "pattern_error", "system_namespace",
+]
+
+SYSTEM_PREFIXES = ("icrc72:broadcaster:sys:", "icrc72:publisher:sys:", "icrc72:subscriber:sys:")
+"""ICRC-72's reserved control-plane namespaces: the service's own, never a principal's
+(nobody registers them; only admins subscribe to them, by name; no pattern covers them)."""
 
 MAX_NAMESPACE = 255
 _SEGMENT = r"[A-Za-z0-9_:\-]+"
@@ -61,6 +68,18 @@ def pattern_error(pattern: str) -> str | None:
             "or, last, '**' (one or more segments)"
         )
     return None
+
+
+def is_system(namespace: str) -> bool:
+    """Whether ``namespace`` (or a pattern's text) is in a reserved control-plane namespace."""
+    return namespace.startswith(SYSTEM_PREFIXES)
+
+
+def system_namespace(broadcaster: str) -> str:
+    """The control-plane namespace of a broadcaster: ``icrc72:broadcaster:sys:<id>``, with
+    characters a namespace cannot hold replaced by ``-``."""
+    name = re.sub(r"[^A-Za-z0-9_:.\-]|\.(?=\.)|^\.|\.$", "-", broadcaster) or "-"
+    return (SYSTEM_PREFIXES[0] + name)[:MAX_NAMESPACE].rstrip(".")
 
 
 def is_catch_all(pattern: str) -> bool:
