@@ -171,6 +171,23 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
     for i in sub_ids:
         assert rec.got[i] == list(range(1, 31)), i
 
+    # A publisher that follows owners publishes to the publication's owner, whichever
+    # broadcaster it was given; when the owner is down, through the one it was given.
+    async with Admin(servers[0].url, servers[0].admin_token) as admin:
+        owner = await owner_of(admin, NS)
+
+        async def counted() -> dict[str, int]:
+            infos = await admin.get_broadcasters(stats_filter=["icrc72:broadcaster:stats:events"])
+            return {b.broadcaster: dict(b.stats)["icrc72:broadcaster:stats:events"]["Nat"] for b in infos}
+
+        before = await counted()
+        given = next(s for k, s in enumerate(servers) if f"b{k}" != owner)
+        async with Publisher(given.url, given.admin_token, follow_owners=True) as pub:
+            await pub.publish_many(NS, range(5))
+        after = await counted()
+        assert {k: after[k] - before[k] for k in after} == {k: 5 * (k == owner) for k in after}
+    await eventually(lambda: all(len(rec.got[i]) >= 35 for i in sub_ids), timeout=20)
+
     # A change made through one broadcaster holds on the one delivering: a subscription
     # stopped through another gets nothing more.
     target = sub_ids[0]
@@ -184,8 +201,8 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
     await asyncio.sleep(0.5)
     async with Publisher(servers[0].url, servers[0].admin_token) as pub:
         await pub.publish(NS, 99)
-    await eventually(lambda: all(len(rec.got[i]) >= 31 for i in sub_ids if i != target), timeout=20)
-    assert len(rec.got[target]) == 30
+    await eventually(lambda: all(len(rec.got[i]) >= 36 for i in sub_ids if i != target), timeout=20)
+    assert len(rec.got[target]) == 35
 
     # A publication registered through one broadcaster takes events through another at
     # once, from callers publishing at the same moment.
@@ -194,6 +211,13 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
     async with Publisher(servers[2].url, servers[2].admin_token) as pub:
         got = await asyncio.gather(*(pub.publish("com.example.fresh", k) for k in range(8)))
     assert sorted(got) == list(range(1, 9))
+
+    # The owner down: a publisher that follows owners publishes through the one it was given.
+    dead = servers[int(owner[1:])]
+    dead.kill()
+    given = next(s for s in servers if s is not dead)
+    async with Publisher(given.url, given.admin_token, follow_owners=True) as pub:
+        assert await pub.publish(NS, 7) == 37
 
 
 async def test_a_killed_broadcaster_s_subscriptions_move_and_nothing_acknowledged_is_lost(

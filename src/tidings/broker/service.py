@@ -55,9 +55,7 @@ class Broker:
         self.store = store
         # Several broadcasters may share this store: each delivers the subscriptions it
         # holds the lease of (docs/scaling.md); alone, it delivers them all.
-        self.membership = Membership(
-            settings.broadcaster_id, settings.advertise_url or f"http://{settings.host}:{settings.port}", shared=shared
-        )
+        self.membership = Membership(settings.broadcaster_id, _advertised(settings), shared=shared)
         owns = self.membership.owns if shared else None
         self.auth = Authenticator(store)
         self.outbound = Outbound(
@@ -216,6 +214,19 @@ class Broker:
         are kept after it, for its subscriber."""
         log.warning("subscription %s ended: %s", sub_id, reason)
         await self.orchestrator.end_subscription(sub_id)
+
+
+def _advertised(settings: Settings) -> str:
+    """Where others reach this broadcaster: the setting, or the listen address (the host's
+    name when it listens on every address)."""
+    if settings.advertise_url:
+        return settings.advertise_url.rstrip("/")
+    host = settings.host
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.port}"
 
 
 def _cluster_settings(settings: Settings) -> Settings:

@@ -8,8 +8,9 @@ from msgspec import UNSET, structs
 
 from ..core.wire import Event, ItemResult, PublicationRegistration, PublicationUpdate
 from ._convert import wire, wire_changes, wire_pairs
-from ._errors import ItemError
+from ._errors import ItemError, TransportError
 from ._http import Connection
+from ._owners import Owners, unreachable
 
 
 class SchemaWarning(UserWarning):
@@ -29,8 +30,12 @@ class Publisher:
             event_id = await pub.publish("com.example.orders", {"order": 17, "total": 9.5})
     """
 
-    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0, follow_owners: bool = False) -> None:
+        """``follow_owners``: with several broadcasters (docs/scaling.md), publish each batch
+        to its publication's owner, as ``icrc72_get_publication_broadcasters`` names it,
+        rather than to ``url``; ``url`` still answers when the owner cannot be reached."""
         self._conn = Connection(url, token, timeout=timeout)
+        self._owners = Owners(self._conn, token, timeout=timeout) if follow_owners else None
 
     async def __aenter__(self) -> Publisher:
         return self
@@ -39,6 +44,8 @@ class Publisher:
         await self.close()
 
     async def close(self) -> None:
+        if self._owners is not None:
+            await self._owners.close()
         await self._conn.close()
 
     async def register_publication(self, namespace: str, config: Mapping[str, Any] | None = None) -> None:
@@ -78,7 +85,14 @@ class Publisher:
 
         A ``Warning`` from the service (a Deprecated schema) is issued as :class:`SchemaWarning`."""
         said: list[str] = []
-        results = await self._conn.call("icrc72_publish", events, list[ItemResult | None], said)
+        conn = self._conn if self._owners is None else await self._owners.connection(e.namespace for e in events)
+        try:
+            results = await conn.call("icrc72_publish", events, list[ItemResult | None], said)
+        except TransportError as e:
+            if conn is self._conn or self._owners is None or not unreachable(e):
+                raise
+            self._owners.forget(conn)  # nothing was sent: the URL we were given publishes it
+            results = await self._conn.call("icrc72_publish", events, list[ItemResult | None], said)
         for w in said:
             warnings.warn(SchemaWarning(w), stacklevel=2)
         return results
