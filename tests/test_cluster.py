@@ -316,5 +316,35 @@ async def control_events(server: ServerProcess, namespace: str) -> list[dict[str
     return out
 
 
+async def _at_least(count: Any, n: int) -> bool:
+    return int(await count) >= n
+
+
 async def _all_held(servers: list[ServerProcess], sub_ids: list[int]) -> bool:
     return sorted(await holders(servers)) == sorted(sub_ids)
+
+
+async def test_a_broadcaster_that_missed_signals_catches_up(
+    cluster: list[ServerProcess], pg_database: str, endpoints: Any
+) -> None:
+    """The connections the broadcasters hear each other on are cut (as a database restart
+    or a network fault would): they listen again and read what they missed, so
+    subscriptions registered meanwhile through one of them are delivered by all."""
+    import asyncpg
+
+    servers = cluster
+    conn = await asyncpg.connect(pg_database)
+    listening = "FROM pg_stat_activity WHERE query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+    try:
+        await eventually(lambda: _at_least(conn.fetchval(f"SELECT count(*) {listening}"), 3), timeout=10)
+        await conn.fetch(f"SELECT pg_terminate_backend(pid) {listening}")
+    finally:
+        await conn.close()
+    rec = Recorder()
+    ep = await endpoints(rec)
+    sub_ids = await setup(servers[:1], ep.url, 30)  # all through b0
+    await eventually(lambda: _all_held(servers, sub_ids), timeout=20)
+    assert len(set((await holders(servers)).values())) >= 2
+    async with Publisher(servers[2].url, servers[2].admin_token) as pub:
+        await pub.publish(NS, 1)
+    await eventually(lambda: all(rec.got[i] == [1] for i in sub_ids), timeout=20)

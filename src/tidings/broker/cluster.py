@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from ..core.assignment import owner, subscription_key
 from ..errors import StoreError
-from ..store import CHANGE_LOG, CHANGE_REGISTRY, ClusterStore, Store, StoredEvent, SubscriptionRecord
+from ..store import CHANGE_LOG, CHANGE_LOST, CHANGE_REGISTRY, ClusterStore, Store, StoredEvent, SubscriptionRecord
 from .control_log import ControlLog
 from .delivery import Delivery
 from .membership import Membership
@@ -43,6 +43,7 @@ __all__ = ["Cluster"]
 log = logging.getLogger("tidings.cluster")
 
 _READ = 1_000
+_FULL_RELOAD_S = 30.0
 
 
 class _ClusterStore(ClusterStore, Store):
@@ -65,6 +66,8 @@ class Cluster:
         self._tail = tail
         self._control = control
         self._opened = False
+        self._lost = False
+        self._full = False
         self._added: list[SubscriptionRecord] = []
         self._removed: list[SubscriptionRecord] = []
         self._on_events = on_events
@@ -81,7 +84,10 @@ class Cluster:
     # -- signals from the others --------------------------------------------------------
 
     def _heard(self, kind: str, arg: str) -> None:
-        if kind == CHANGE_LOG:
+        if kind == CHANGE_LOST:
+            self._lost = True
+            self._adopt.set()  # the heartbeat loop listens again, then reads everything
+        elif kind == CHANGE_LOG:
             self._catch_up.set()
         elif kind == CHANGE_REGISTRY:
             what, _, key = arg.partition(":")
@@ -114,13 +120,20 @@ class Cluster:
                 log.warning("reading the log after %s failed: %s", self._tail.head, e)
 
     async def _follow_registry(self) -> None:
+        last_full = self._monotonic()
         while True:
-            await self._reload.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reload.wait(), _FULL_RELOAD_S)
             self._reload.clear()
             await asyncio.sleep(0.02)  # a burst of changes: one reload
             self._reload.clear()
             try:
-                await self._sync.reload()
+                if self._full or self._monotonic() - last_full >= _FULL_RELOAD_S:
+                    self._full = False
+                    last_full = self._monotonic()
+                    await self._sync.reload_all()
+                else:
+                    await self._sync.reload()
                 secrets, self._secrets = self._secrets, set()
                 for sub_id in secrets & self.membership.held:
                     await self._signing.reload(sub_id)
@@ -129,17 +142,31 @@ class Cluster:
 
     # -- heartbeat and leases -----------------------------------------------------------
 
-    async def run(self) -> None:
-        """Take part until cancelled; then leave, so the others take over at once."""
+    async def _listen(self) -> None:
+        """(Again) hear the others' signals, then read everything once: what changed
+        before listening began was not signalled to this process."""
+        if self._stop_listening is not None:
+            await self._stop_listening()
+            self._stop_listening = None
         try:
             self._stop_listening = await self._store.listen(self._heard)
         except StoreError as e:
             log.warning("%s; following the others on the timer only", e)
+            self._lost = True  # try again at the next heartbeat
+        self._full = True
+        self._reload.set()
+
+    async def run(self) -> None:
+        """Take part until cancelled; then leave, so the others take over at once."""
+        await self._listen()
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._follow_log(), name="tidings-cluster-log")
                 tg.create_task(self._follow_registry(), name="tidings-cluster-registry")
                 while True:
+                    if self._lost:
+                        self._lost = False
+                        await self._listen()
                     await self.beat()
                     self._catch_up.set()  # in case a signal was lost
                     self._adopt.clear()

@@ -73,6 +73,27 @@ class RegistrySync:
                 self._asked.update(dict.fromkeys(fresh, now))
                 await self._reload_publications(fresh)
 
+    async def reload_all(self) -> None:
+        """Compare the whole registry with the store and apply what differs: after the
+        signals may have been missed (at start, before listening; a dropped connection;
+        and now and then). Each difference is read again item by item before it is
+        applied, so a change made here meanwhile is never undone by the older list."""
+        reg = self._orch.registry
+        stored_pubs = {p.namespace: p for p in await self._store.list_publications()}
+        publishers: dict[str, set[str]] = {}
+        for ns, principal in await self._store.list_publishers():
+            publishers.setdefault(ns, set()).add(principal)
+        self._pubs |= set(stored_pubs) ^ set(reg.publications)
+        self._pubs |= {ns for ns, p in stored_pubs.items() if reg.publications.get(ns) != p}
+        self._pubs |= {ns for ns in stored_pubs if publishers.get(ns, set()) != reg.publishers.get(ns, set())}
+        stored_subs = {s.id: s for s in await self._store.list_subscriptions()}
+        self._subs |= set(stored_subs) ^ set(reg.subscriptions)
+        for i, s in stored_subs.items():
+            old = reg.subscriptions.get(i)
+            if old is not None and (old.endpoint, old.mode, old.config) != (s.endpoint, s.mode, s.config):
+                self._subs.add(i)
+        await self.reload()
+
     async def reload(self) -> None:
         """Apply the changes signalled since the last call."""
         pubs, self._pubs = self._pubs, set()

@@ -11,13 +11,17 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
-__all__ = ["CHANGE_LOG", "CHANGE_REGISTRY", "BroadcasterRecord", "ClusterStore", "LeaseRecord"]
+__all__ = ["CHANGE_LOG", "CHANGE_LOST", "CHANGE_REGISTRY", "BroadcasterRecord", "ClusterStore", "LeaseRecord"]
 
 CHANGE_LOG = "log"
 """Events were appended by another process."""
 CHANGE_REGISTRY = "registry"
 """Another process changed publications, publishers, subscriptions or their secrets;
 the payload's argument names what (``sub:<id>``, ``pub:<namespace>``), or is empty."""
+
+
+CHANGE_LOST = "lost"
+"""The connection signals arrive on closed: signals may have been missed since."""
 
 
 class BroadcasterRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from ..errors import StoreError
-from ._cluster import BroadcasterRecord, ClusterStore, LeaseRecord
+from ._cluster import CHANGE_LOST, BroadcasterRecord, ClusterStore, LeaseRecord
 from ._pg_db import PgAccess
 
 __all__ = ["CHANNEL", "PgClusterStore"]
@@ -97,6 +97,7 @@ class PgClusterStore(PgAccess, ClusterStore):
             kwargs: dict[str, Any] = {"server_settings": self._server_settings} if self._server_settings else {}
             conn = await asyncpg.connect(self._dsn, **kwargs)
             await conn.add_listener(CHANNEL, heard)
+            conn.add_termination_listener(lambda _c: on_change(CHANGE_LOST, ""))
         except (OSError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
             raise StoreError(f"cannot listen for changes: {e}") from e
 
