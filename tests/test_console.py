@@ -532,8 +532,9 @@ async def test_broadcasters_and_their_assignments_when_there_are_several(
         await expect(rows.nth(1).locator("td").first).to_have_text("b1")
         counts = [int(await rows.nth(i).locator("td").nth(3).inner_text()) for i in range(2)]
         assert sum(counts) == 20
+        # The publication, and each broadcaster's own control-plane namespace.
         owned = [int(await rows.nth(i).locator("td").nth(2).inner_text()) for i in range(2)]
-        assert sorted(owned) == [0, 1]
+        assert sorted(owned) == [1, 2]
         await expect(page.locator("#view")).to_contain_text("2 broadcasters share one store")
     finally:
         second.stop()
