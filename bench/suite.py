@@ -289,7 +289,9 @@ async def latency(s: Settings) -> list[Row]:
 
     rows = [await _guard(name, "tidings", f"publish -> SDK Subscriber handler at {rate:g}/s", unit, timeout,
                          run_tidings, _lat_fig)]
-    for key, (how, fn) in P.LATENCY.items():
+    from bench.peers_latency import LATENCY
+
+    for key, (how, fn) in LATENCY.items():
         peer = s.peers[key]
 
         async def run(fn: Callable[..., Awaitable[dict[str, Any]]] = fn) -> dict[str, Any]:
@@ -407,159 +409,28 @@ async def dedup(s: Settings) -> list[Row]:
     return rows
 
 
-# -- e. memory -----------------------------------------------------------------------------
-
-
-async def _populate(srv: Server, events: int, subs: int, clients: int, deadline: float) -> dict[str, Any]:
-    """``events`` events in calls of 1,000 (``clients`` concurrent), then ``subs`` stopped
-    subscriptions in calls of 500 pointing at a closed port (nothing is pushed). Events
-    first: every stored event is then already there when the subscriptions are, and the
-    load is not slowed by the per-event work that registered subscriptions cost."""
-    import aiohttp
-
-    from bench._harness import free_port, post
-
-    headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
-    closed = free_port()  # nothing listens there; the subscriptions are stopped anyway
-    async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=clients)) as s:
-        await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.mem"}]')
-        event = dict(EVENT, namespace="bench.mem")
-        stored = claimed = 0
-        t0 = time.monotonic()
-
-        async def client() -> None:
-            nonlocal stored, claimed
-            while claimed < events and time.monotonic() < deadline:
-                n = min(1000, events - claimed)
-                claimed += n
-                out = json.loads(await post(s, srv.url, "icrc72_publish", json.dumps([event] * n).encode()))
-                ok = sum(1 for r in out if r and "Ok" in r)
-                stored += ok
-                claimed -= n - ok
-                if ok < n:
-                    await asyncio.sleep(0.05)  # Busy: let the writer catch up
-
-        await asyncio.gather(*(client() for _ in range(clients)))
-        load_s = time.monotonic() - t0
-        t0 = time.monotonic()
-        made = 0
-        for i in range(0, subs, 500):
-            if time.monotonic() > deadline:
-                break
-            regs = [{"namespace": "bench.mem", "endpoint": f"http://127.0.0.1:{closed}/s{j}", "stopped": True}
-                    for j in range(i, min(i + 500, subs))]
-            out = json.loads(await post(s, srv.url, "icrc72_register_subscription", json.dumps(regs).encode()))
-            made += sum(1 for r in out if r and "Ok" in r)
-        subs_s = time.monotonic() - t0
-    return {"events": stored, "load_seconds": round(load_s, 2), "load_events_per_s": round(stored / load_s),
-            "subscriptions": made, "subscribe_seconds": round(subs_s, 2)}
-
-
-async def _steady_rss(pid: int, settle: float) -> int:
-    """RSS once two samples 0.5 s apart differ by under 1% (at most ``settle`` seconds)."""
-    from bench._harness import rss_bytes
-
-    prev = rss_bytes(pid)
-    end = time.monotonic() + settle
-    while time.monotonic() < end:
-        await asyncio.sleep(0.5)
-        cur = rss_bytes(pid)
-        if abs(cur - prev) < 0.01 * prev:
-            return cur
-        prev = cur
-    return prev
+# -- e. memory, and the streaming face: bench/memory.py, bench/stream_scenarios.py --------
 
 
 async def memory(s: Settings) -> list[Row]:
-    name, unit = "memory", "MB RSS"
+    """Server memory with many events and stopped subscriptions (bench/memory.py)."""
+    from bench.memory import scenario
 
-    async def run() -> dict[str, Any]:
-        import psutil  # noqa: F401  (the row says "client not installed" without it)
-
-        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d:
-            with Server(Path(d)) as srv:
-                loaded = await _populate(srv, s.memory_events, s.memory_subs, s.clients,
-                                         time.monotonic() + (120 if s.quick else 600))
-                assert srv.proc is not None
-                loaded["rss_loaded_mb"] = round(await _steady_rss(srv.proc.pid, 5) / 2**20, 1)
-            loaded["store_mb"] = round(sum(f.stat().st_size for f in Path(d).glob("tidings.db*")) / 2**20, 1)
-            t0 = time.monotonic()
-            with Server(Path(d)) as srv:
-                loaded["restart_seconds"] = round(time.monotonic() - t0, 2)
-                assert srv.proc is not None
-                loaded["rss_restarted_mb"] = round(await _steady_rss(srv.proc.pid, 10) / 2**20, 1)
-            return loaded
-
-    row = await _guard(name, "tidings", f"{s.memory_events:,} events, {s.memory_subs:,} stopped subscriptions",
-                       unit, 1200, run,
-                       lambda d: {"after restart": d["rss_restarted_mb"], "after loading": d["rss_loaded_mb"]})
-    return [row]
-
-
-# -- streaming (docs/streaming.md) ----------------------------------------------------------
-
-STREAM_WINDOW = 1000
-STREAM_LISTENERS = 4
+    return await scenario(s)
 
 
 async def stream_publish(s: Settings) -> list[Row]:
-    """One event per message on persistent connections, ``STREAM_WINDOW`` unanswered per
-    connection, beside JetStream's ``publish_async`` driven the same way."""
-    from bench import stream as st
+    """Publish over /v1/stream beside JetStream's publish_async (bench/stream_scenarios.py)."""
+    from bench.stream_scenarios import publish
 
-    name, unit = "stream-publish", "events/s"
-    timeout = s.seconds + 60
-    conns = max(1, s.clients // 4)
-
-    def fig(d: dict[str, Any]) -> dict[str, float]:
-        return {"events/s": d["events_per_s"]}
-
-    async def run_tidings() -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
-            return await st.tidings_publish(srv, EVENT, conns, STREAM_WINDOW, s.seconds)
-
-    how = f"WebSocket, 1 event/message, {conns} connection(s) x {STREAM_WINDOW} in flight, SQLite synchronous=FULL"
-    rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
-
-    async def run_nats() -> dict[str, Any]:
-        return await st.nats_publish(PAYLOAD, conns, STREAM_WINDOW, s.seconds)
-
-    rows.append(await _guard(name, s.peers["nats"].name, f"publish_async, {conns} connection(s) x {STREAM_WINDOW} "
-                             "acks outstanding, file storage", unit, timeout, run_nats, fig, s.peers["nats"]))
-    return rows
+    return await publish(s)
 
 
 async def stream_fanout(s: Settings) -> list[Row]:
-    """Fan-out to subscribers on persistent connections that acknowledge every push,
-    beside JetStream's push consumers (explicit ack) of the fan-out scenario."""
-    from bench import stream as st
+    """Fan-out to stream subscribers beside JetStream (bench/stream_scenarios.py)."""
+    from bench.stream_scenarios import fanout
 
-    name, unit = "stream-fanout", "notifications/s"
-    deadline = max(20.0, 6 * s.seconds)
-    timeout = deadline + 60
-
-    def fig(d: dict[str, Any]) -> dict[str, float]:
-        return {"notifications/s": d["notifications_per_s"]}
-
-    async def run_tidings() -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
-            return await st.tidings_fanout(srv, EVENT, FANOUT_SUBS, STREAM_LISTENERS, s.fanout_events,
-                                           STREAM_WINDOW, deadline)
-
-    how = (f"{FANOUT_SUBS} trusted stream: subscriptions on {STREAM_LISTENERS} WebSocket connections, "
-           "every push acked; published over a stream connection")
-    rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
-    how_p, fn = P.FANOUT["nats"]
-    peer = s.peers["nats"]
-
-    async def run() -> dict[str, Any]:
-        return await fn(PAYLOAD, FANOUT_SUBS, s.fanout_events, deadline)
-
-    rows.append(await _guard(name, peer.name, how_p.format(n=FANOUT_SUBS), unit, timeout, run, fig, peer))
-    for r in rows:
-        if r.details and r.details.get("delivered", 0) < r.details.get("expected", 0):
-            r.details["incomplete"] = True
-    return rows
+    return await fanout(s)
 
 
 async def pipeline(s: Settings) -> list[Row]:

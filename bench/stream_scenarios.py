@@ -1,0 +1,75 @@
+"""The streaming scenarios (docs/streaming.md): publish one event per message on
+persistent connections, and fan-out to stream subscribers, beside NATS JetStream."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench import peers as P
+from bench._harness import Server
+from bench.suite import EVENT, FANOUT_SUBS, PAYLOAD, Row, Settings, _guard
+
+STREAM_WINDOW = 1000
+STREAM_LISTENERS = 4
+
+
+async def publish(s: Settings) -> list[Row]:
+    """One event per message on persistent connections, ``STREAM_WINDOW`` unanswered per
+    connection, beside JetStream's ``publish_async`` driven the same way."""
+    from bench import stream as st
+
+    name, unit = "stream-publish", "events/s"
+    timeout = s.seconds + 60
+    conns = max(1, s.clients // 4)
+
+    def fig(d: dict[str, Any]) -> dict[str, float]:
+        return {"events/s": d["events_per_s"]}
+
+    async def run_tidings() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+            return await st.tidings_publish(srv, EVENT, conns, STREAM_WINDOW, s.seconds)
+
+    how = f"WebSocket, 1 event/message, {conns} connection(s) x {STREAM_WINDOW} in flight, SQLite synchronous=FULL"
+    rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
+
+    async def run_nats() -> dict[str, Any]:
+        return await st.nats_publish(PAYLOAD, conns, STREAM_WINDOW, s.seconds)
+
+    rows.append(await _guard(name, s.peers["nats"].name, f"publish_async, {conns} connection(s) x {STREAM_WINDOW} "
+                             "acks outstanding, file storage", unit, timeout, run_nats, fig, s.peers["nats"]))
+    return rows
+
+
+async def fanout(s: Settings) -> list[Row]:
+    """Fan-out to subscribers on persistent connections that acknowledge every push,
+    beside JetStream's push consumers (explicit ack) of the fan-out scenario."""
+    from bench import stream as st
+
+    name, unit = "stream-fanout", "notifications/s"
+    deadline = max(20.0, 6 * s.seconds)
+    timeout = deadline + 60
+
+    def fig(d: dict[str, Any]) -> dict[str, float]:
+        return {"notifications/s": d["notifications_per_s"]}
+
+    async def run_tidings() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+            return await st.tidings_fanout(srv, EVENT, FANOUT_SUBS, STREAM_LISTENERS, s.fanout_events,
+                                           STREAM_WINDOW, deadline)
+
+    how = (f"{FANOUT_SUBS} trusted stream: subscriptions on {STREAM_LISTENERS} WebSocket connections, "
+           "every push acked; published over a stream connection")
+    rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
+    how_p, fn = P.FANOUT["nats"]
+    peer = s.peers["nats"]
+
+    async def run() -> dict[str, Any]:
+        return await fn(PAYLOAD, FANOUT_SUBS, s.fanout_events, deadline)
+
+    rows.append(await _guard(name, peer.name, how_p.format(n=FANOUT_SUBS), unit, timeout, run, fig, peer))
+    for r in rows:
+        if r.details and r.details.get("delivered", 0) < r.details.get("expected", 0):
+            r.details["incomplete"] = True
+    return rows
