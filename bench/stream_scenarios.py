@@ -7,9 +7,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import peers as P
 from bench._harness import Server
-from bench.suite import EVENT, FANOUT_SUBS, PAYLOAD, Row, Settings, _guard
+from bench.suite import (
+    EVENT,
+    FANOUT_SUBS,
+    PAYLOAD,
+    Row,
+    Settings,
+    _guard,
+    fanout_peer_row,
+    fanout_times,
+    mark_incomplete,
+    notifications_figure,
+)
 
 STREAM_WINDOW = 1000
 STREAM_LISTENERS = 4
@@ -47,12 +57,8 @@ async def fanout(s: Settings) -> list[Row]:
     beside JetStream's push consumers (explicit ack) of the fan-out scenario."""
     from bench import stream as st
 
-    name, unit = "stream-fanout", "notifications/s"
-    deadline = max(20.0, 6 * s.seconds)
-    timeout = deadline + 60
-
-    def fig(d: dict[str, Any]) -> dict[str, float]:
-        return {"notifications/s": d["notifications_per_s"]}
+    name, unit, fig = "stream-fanout", "notifications/s", notifications_figure
+    deadline, timeout = fanout_times(s)
 
     async def run_tidings() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
@@ -62,14 +68,5 @@ async def fanout(s: Settings) -> list[Row]:
     how = (f"{FANOUT_SUBS} trusted stream: subscriptions on {STREAM_LISTENERS} WebSocket connections, "
            "every push acked; published over a stream connection")
     rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
-    how_p, fn = P.FANOUT["nats"]
-    peer = s.peers["nats"]
-
-    async def run() -> dict[str, Any]:
-        return await fn(PAYLOAD, FANOUT_SUBS, s.fanout_events, deadline)
-
-    rows.append(await _guard(name, peer.name, how_p.format(n=FANOUT_SUBS), unit, timeout, run, fig, peer))
-    for r in rows:
-        if r.details and r.details.get("delivered", 0) < r.details.get("expected", 0):
-            r.details["incomplete"] = True
-    return rows
+    rows.append(await fanout_peer_row(s, name, "nats", deadline, timeout))
+    return mark_incomplete(rows)

@@ -22,43 +22,19 @@ from typing import Any
 
 from bench import peers as P
 from bench._harness import Server
+from bench.payloads import (
+    AVRO_SCHEMA,
+    EVENT,
+    FANOUT_SUBS,
+    JSON_SCHEMA,
+    LATENCY_WARMUP,
+    PAYLOAD,
+    PROTOBUF_SCHEMA,
+    RICH_EVENT,
+    RICH_JSON_SCHEMA,
+)
 
-# About 120 bytes of JSON: what every system stores in the publish and fan-out scenarios.
-EVENT: dict[str, Any] = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {"Text": "x" * 32}]]}}
-PAYLOAD = json.dumps(EVENT).encode()
-JSON_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["i", "name"],
-    "properties": {"i": {"type": "integer", "minimum": 0}, "name": {"type": "string", "maxLength": 64}},
-}
-AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "Bench", "fields": [{"name": "i", "type": "long"}, {"name": "name", "type": "string"}],
-}
-PROTOBUF_SCHEMA = 'syntax = "proto3";\nmessage Bench {\n  int64 i = 1;\n  string name = 2;\n}\n'
-# A rich event (nested records, a list of them, an enum, a pattern) and a JSON Schema that
-# checks all of it through $refs: validation cost beside the flat one above.
-_LINE = {"Map": [["sku", {"Text": "AB-1234"}], ["qty", {"Nat": 3}], ["price", {"Float": 9.5}]]}
-RICH_EVENT: dict[str, Any] = {"namespace": "bench.tp", "data": {"Map": [
-    ["i", {"Nat": 1}], ["name", {"Text": "x" * 32}], ["currency", {"Text": "EUR"}],
-    ["customer", {"Map": [["id", {"Nat": 42}], ["email", {"Text": "a@b.org"}], ["vip", {"Bool": False}]]}],
-    ["lines", {"Array": [_LINE, _LINE, _LINE]}],
-]}}
-RICH_JSON_SCHEMA: dict[str, Any] = {
-    "$defs": {
-        "line": {"type": "object", "required": ["sku", "qty"], "additionalProperties": False, "properties": {
-            "sku": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{4}$"}, "qty": {"type": "integer", "minimum": 1},
-            "price": {"type": "number", "minimum": 0}}},
-        "customer": {"type": "object", "required": ["id"], "properties": {
-            "id": {"type": "integer"}, "email": {"type": "string", "maxLength": 254}, "vip": {"type": "boolean"}}},
-    },
-    "type": "object", "required": ["i", "name", "lines"],
-    "properties": {
-        "i": {"type": "integer", "minimum": 0}, "name": {"type": "string", "maxLength": 64},
-        "currency": {"enum": ["EUR", "USD", "ICP"]}, "customer": {"$ref": "#/$defs/customer"},
-        "lines": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"$ref": "#/$defs/line"}},
-    },
-}
-FANOUT_SUBS = 100
-LATENCY_WARMUP = 0.25  # seconds at the latency scenario's rate whose events are not counted
+__all__ = ["EVENT", "FANOUT_SUBS", "PAYLOAD", "SCENARIOS", "Row", "Settings"]
 
 
 @dataclass
@@ -224,12 +200,8 @@ async def publish_100(s: Settings) -> list[Row]:
 async def fanout(s: Settings) -> list[Row]:
     from bench.subscriptions import fanout as tidings_fanout
 
-    name, unit = "fanout", "notifications/s"
-    deadline = max(20.0, 6 * s.seconds)
-    timeout = deadline + 60
-
-    def fig(d: dict[str, Any]) -> dict[str, float]:
-        return {"notifications/s": d["notifications_per_s"]}
+    name, unit, fig = "fanout", "notifications/s", notifications_figure
+    deadline, timeout = fanout_times(s)
 
     async def run_tidings() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
@@ -245,13 +217,35 @@ async def fanout(s: Settings) -> list[Row]:
     rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
     rows.append(await _guard(name, "tidings on PostgreSQL", how + ", TIDINGS_STORE=postgresql://", unit, timeout,
                              run_on_postgresql, fig, s.peers["postgres"]))
-    for key, (how_p, fn) in P.FANOUT.items():
-        peer = s.peers[key]
+    for key in P.FANOUT:
+        rows.append(await fanout_peer_row(s, name, key, deadline, timeout))
+    return mark_incomplete(rows)
 
-        async def run(fn: Callable[..., Awaitable[dict[str, Any]]] = fn) -> dict[str, Any]:
-            return await fn(PAYLOAD, FANOUT_SUBS, s.fanout_events, deadline)
 
-        rows.append(await _guard(name, peer.name, how_p.format(n=FANOUT_SUBS), unit, timeout, run, fig, peer))
+async def fanout_peer_row(s: Settings, name: str, key: str, deadline: float, timeout: float) -> Row:
+    """A peer's row of a fan-out scenario: ``FANOUT_SUBS`` consumers, ``s.fanout_events`` events."""
+    how, fn = P.FANOUT[key]
+    peer = s.peers[key]
+
+    async def run() -> dict[str, Any]:
+        return await fn(PAYLOAD, FANOUT_SUBS, s.fanout_events, deadline)
+
+    return await _guard(name, peer.name, how.format(n=FANOUT_SUBS), "notifications/s", timeout, run,
+                        notifications_figure, peer)
+
+
+def notifications_figure(d: dict[str, Any]) -> dict[str, float]:
+    return {"notifications/s": d["notifications_per_s"]}
+
+
+def fanout_times(s: Settings) -> tuple[float, float]:
+    """The fan-out scenarios' delivery deadline, and their timeout."""
+    deadline = max(20.0, 6 * s.seconds)
+    return deadline, deadline + 60
+
+
+def mark_incomplete(rows: list[Row]) -> list[Row]:
+    """Flag the rows whose run ended before every notification was delivered."""
     for r in rows:
         if r.details and r.details.get("delivered", 0) < r.details.get("expected", 0):
             r.details["incomplete"] = True
