@@ -167,7 +167,10 @@ class Cluster:
                     if self._lost:
                         self._lost = False
                         await self._listen()
-                    await self.beat()
+                    try:
+                        await self.beat()
+                    except Exception:  # a broadcaster keeps taking part whatever one beat met
+                        log.exception("heartbeat failed")
                     self._catch_up.set()  # in case a signal was lost
                     self._adopt.clear()
                     with contextlib.suppress(TimeoutError):
@@ -175,7 +178,8 @@ class Cluster:
         finally:
             if self._stop_listening is not None:
                 await self._stop_listening()
-            await self._let_go(set(self.membership.held))
+            with contextlib.suppress(StoreError, OSError):
+                await self._let_go(set(self.membership.held))
             with contextlib.suppress(StoreError, OSError):
                 await self._record()
                 await asyncio.shield(self._store.leave(self.membership.me))
@@ -206,9 +210,12 @@ class Cluster:
         self._valid_until = started + self.lease_s
         held = {int(k.partition(":")[2]) for k in claimed}
         await self._let_go(m.held - held, release=False)  # taken by another meanwhile
-        for sub_id in sorted(held - m.held):
-            await self._take(sub_id)
-        await self._replays.adopt(m.held)
+        try:
+            for sub_id in sorted(held - m.held):
+                await self._take(sub_id)
+            await self._replays.adopt(m.held)
+        except StoreError as e:  # what was not taken yet is taken at the next heartbeat
+            log.warning("taking subscriptions failed: %s", e)
         await self._record()
 
     async def _record(self) -> None:
