@@ -22,6 +22,8 @@ STORE = {
     "InsufficientCredit", "ReplayCounts", "ReplayRecord",
     "AppendRouter", "Route", "store_for", "redact_address",
     "PrincipalStore", "RegistryStore", "EventStore", "DeliveryStore", "StatisticsStore", "SchemaStore", "ReplayStore",
+    # Several broadcasters on one store (docs/scaling.md).
+    "ClusterStore", "BroadcasterRecord", "LeaseRecord", "CHANGE_LOG", "CHANGE_LOST", "CHANGE_REGISTRY",
 }
 
 
