@@ -126,7 +126,7 @@ class Broadcaster:
         busy = self._pending + len(rows) > self._max_pending
         bindings = self._bindings(namespaces, now)
         # Asked once per namespace of the batch, not once per event.
-        refusals = {ns: self._orch.publish_refusal(caller.name, ns) for ns in namespaces}
+        refusals = await self._orch.publish_refusals(caller.name, namespaces)
         for i, (ns, why) in refused.items():
             # A publisher refused on a namespace hears that first, whatever else was wrong.
             refusal = refusals[ns]

@@ -74,7 +74,7 @@ class Orchestrator(RegistryQueries):
         schema_problem: Callable[[int | str], str | None] | None = None,
         on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None,
         max_publications: int = 1_000, max_subscriptions: int = 10_000,
-        look_up: Callable[[Sequence[str]], Awaitable[None]] | None = None,
+        look_up: Callable[[Sequence[str], str | None], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._look_up = look_up
@@ -138,7 +138,7 @@ class Orchestrator(RegistryQueries):
         """``require_namespaces``, after asking the store for those not known here."""
         missing = [ns for ns in namespaces if ns not in self.registry.publications]
         if missing and self._look_up is not None:
-            await self._look_up(missing)
+            await self._look_up(missing, None)
         self.registry.require_namespaces(missing)
 
     def may_publish(self, principal: str, namespace: str) -> bool:
@@ -146,6 +146,17 @@ class Orchestrator(RegistryQueries):
 
     def publish_refusal(self, principal: str, namespace: str) -> str | None:
         return self.registry.publish_refusal(principal, namespace)
+
+    async def publish_refusals(self, principal: str, namespaces: Iterable[str]) -> dict[str, str | None]:
+        """``publish_refusal`` per namespace; with several broadcasters, a refusal is
+        checked against the store first (the principal may have just been made a publisher
+        through another broadcaster, its signal still on its way)."""
+        out = {ns: self.registry.publish_refusal(principal, ns) for ns in namespaces}
+        refused = [ns for ns, why in out.items() if why is not None]
+        if refused and self._look_up is not None:
+            await self._look_up(refused, principal)
+            out.update((ns, self.registry.publish_refusal(principal, ns)) for ns in refused)
+        return out
 
     def subscriber_allowed(self, namespace: str, principal: str, seq: int | None = None) -> bool:
         return self.registry.subscriber_allowed(namespace, principal, seq)

@@ -30,7 +30,7 @@ class RegistrySync:
         self._store = store
         self._subs: set[int] = set()
         self._pubs: set[str] = set()
-        self._asked: dict[str, float] = {}
+        self._asked: dict[tuple[str, str | None], float] = {}
         self._asking = asyncio.Lock()
 
     def changed(self, what: str) -> bool:
@@ -55,22 +55,24 @@ class RegistrySync:
         found = await self._store.list_subscriptions(after=sub_id - 1, limit=1)
         return found[0] if found and found[0].id == sub_id else None
 
-    async def look_up(self, namespaces: Sequence[str]) -> None:
+    async def look_up(self, namespaces: Sequence[str], principal: str | None = None) -> None:
         """Read these publications now (``Orchestrator.known``: asked about a namespace
-        registered through another broadcaster before its signal arrived). A namespace
-        asked about in the last second is not read again: unknown names from a caller
-        must not turn into a read of the registry each."""
+        registered through another broadcaster before its signal arrived; with
+        ``principal``, ``Orchestrator.publish_refusals``: a publisher just added through
+        another broadcaster). A namespace asked about (for that principal) in the last
+        second is not read again: names from a caller must not turn into a read each."""
         async with self._asking:  # callers asking at once wait for one read, then find it
             known = self._orch.registry.publications
             now = time.monotonic()
             if len(self._asked) > 10_000:
-                self._asked = {ns: t for ns, t in self._asked.items() if t > now - _ASK_AGAIN_S}
+                self._asked = {k: t for k, t in self._asked.items() if t > now - _ASK_AGAIN_S}
             fresh = {
                 ns for ns in namespaces[:_MAX_ASKED]
-                if ns not in known and self._asked.get(ns, 0.0) <= now - _ASK_AGAIN_S
+                if (principal is not None or ns not in known)
+                and self._asked.get((ns, principal), 0.0) <= now - _ASK_AGAIN_S
             }
             if fresh:
-                self._asked.update(dict.fromkeys(fresh, now))
+                self._asked.update(dict.fromkeys(((ns, principal) for ns in fresh), now))
                 await self._reload_publications(fresh)
 
     async def reload_all(self) -> None:

@@ -199,8 +199,8 @@ class Broker:
         if self.cluster is not None:
             self.cluster.appended_here(events)
 
-    async def _look_up(self, namespaces: Sequence[str]) -> None:
-        await self._sync.look_up(namespaces)
+    async def _look_up(self, namespaces: Sequence[str], principal: str | None) -> None:
+        await self._sync.look_up(namespaces, principal)
 
     def _appended_elsewhere(self, events: list[StoredEvent]) -> None:
         """Another broadcaster appended ``events`` (read from the shared store)."""
