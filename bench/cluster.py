@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from bench._harness import Server, free_port, post
+from bench.live_plane import throughput
 from bench.suite import EVENT, FANOUT_SUBS, Row, Settings, _guard, _pg_store
 
 _ENV = {"TIDINGS_WORKERS": "1", "TIDINGS_HEARTBEAT_S": "0.5", "TIDINGS_LEASE_S": "2"}
@@ -41,28 +42,6 @@ def _broadcasters(n: int, store: dict[str, str], env: dict[str, str] = _ENV) -> 
             shutil.copy(first_dir / "admin.token", di / "admin.token")
             out.append(stack.enter_context(Server(di, {**store, **env, "TIDINGS_BROADCASTER_ID": f"b{i}"})))
         yield out
-
-
-async def _publish(servers: list[Server], clients: int, seconds: float) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {servers[0].token}", "Content-Type": "application/json"}
-    async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=clients)) as s:
-        await post(s, servers[0].url, "icrc72_register_publication", b'[{"namespace":"bench.tp"}]')
-        body = json.dumps([EVENT] * 100).encode()
-        count = 0
-        stop = time.monotonic() + seconds
-
-        async def client(url: str) -> None:
-            nonlocal count
-            while time.monotonic() < stop:
-                out = json.loads(await post(s, url, "icrc72_publish", body))
-                count += sum(1 for r in out if r and "Ok" in r)
-
-        t0 = time.monotonic()
-        urls = itertools.cycle(srv.url for srv in servers)
-        await asyncio.gather(*(client(next(urls)) for _ in range(clients)))
-        elapsed = time.monotonic() - t0
-    return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed),
-            "broadcasters": len(servers)}
 
 
 class _Sink:
@@ -183,7 +162,7 @@ async def scenario(s: Settings) -> list[Row]:
         async def run_publish(n: int = n) -> dict[str, Any]:
             async with _pg_store() as store:
                 with _broadcasters(n, store) as servers:
-                    return await _publish(servers, s.clients, s.seconds)
+                    return await throughput(servers[0], s.clients, 100, s.seconds, event=EVENT, others=servers[1:])
 
         rows.append(await _guard("cluster-publish-100", f"tidings, {n} broadcaster{'s' * (n > 1)}",
                                  "HTTP, 100 events/request spread over the broadcasters, one PostgreSQL",

@@ -21,7 +21,7 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,11 @@ EVENT = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {
 
 async def throughput(srv: Server, clients: int, batch: int, seconds: float,
                      event: dict[str, Any] | None = None, schema: tuple[str, Any] | None = None,
-                     subscription_filter: str | None = None) -> dict[str, float]:
+                     subscription_filter: str | None = None, others: Sequence[Server] = ()) -> dict[str, float]:
     """``clients`` concurrent publishers posting ``batch`` copies of ``event`` (namespace
     ``bench.tp``) per request for ``seconds``; counts the events answered ``Ok``. With
-    ``schema`` (format, model), the publication is bound to it and every event validated."""
+    ``schema`` (format, model), the publication is bound to it and every event validated.
+    With ``others`` (broadcasters sharing ``srv``'s store), the clients are spread over all."""
     event = EVENT if event is None else event
     headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
     conn = aiohttp.TCPConnector(limit=clients)
@@ -61,14 +62,15 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
         count = 0
         stop = time.monotonic() + seconds
 
-        async def client() -> None:
+        async def client(url: str) -> None:
             nonlocal count
             while time.monotonic() < stop:
-                out = json.loads(await post(s, srv.url, "icrc72_publish", body))
+                out = json.loads(await post(s, url, "icrc72_publish", body))
                 count += sum(1 for r in out if r and "Ok" in r)
 
+        urls = [x.url for x in (srv, *others)]
         t0 = time.monotonic()
-        await asyncio.gather(*(client() for _ in range(clients)))
+        await asyncio.gather(*(client(urls[k % len(urls)]) for k in range(clients)))
         elapsed = time.monotonic() - t0
         if sink is not None:
             await sink[0].cleanup()

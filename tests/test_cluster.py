@@ -4,6 +4,7 @@ the ICRC-72 broadcaster queries, and failover when a broadcaster is killed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import shutil
@@ -19,6 +20,7 @@ from tidings.client import Admin, Publisher
 
 from .conftest import ServerProcess, eventually, read_body, respond
 from .pg_support import schema_address
+from .test_console_feeds import events
 
 pytestmark = pytest.mark.e2e
 
@@ -299,20 +301,13 @@ async def owner_of(admin: Admin, namespace: str) -> str:
 async def control_events(server: ServerProcess, namespace: str) -> list[dict[str, Any]]:
     """The recent events of a namespace, through the console's tail feed, as the admin."""
     out: list[dict[str, Any]] = []
-    async with aiohttp.ClientSession() as http, http.get(
-        f"{server.url}/console/api/tail", params={"namespace": namespace},
-        headers={"authorization": f"Bearer {server.admin_token}"},
-    ) as resp:
-        assert resp.status == 200, await resp.text()
-        name = None
-        async for raw in resp.content:
-            line = raw.decode().rstrip("\n")
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: ") and name == "event":
-                out.append(json.loads(line[6:]))
-            elif line.startswith("data: ") and name == "ready":
-                return out
+    feed = events(server, f"tail?namespace={namespace}", server.admin_token)
+    async with contextlib.aclosing(feed):
+        async for name, data in feed:
+            if name == "ready":
+                break
+            if name == "event":
+                out.append(data)
     return out
 
 
