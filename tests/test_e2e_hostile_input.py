@@ -41,6 +41,8 @@ ID_ARGS = {
     "update_schema_retention": lambda n: [{"id": 1, "retention_s": n}],
     "tidings_get_dead_letters": lambda n: {"prev": n},
     "icrc72_get_subscriptions": lambda n: {"take": n},
+    "icrc72_get_broadcaster_subscriptions": lambda n: {"prev": n},
+    "icrc72_get_publication_broadcasters": lambda n: {"namespace": "a.b", "take": n},
 }
 
 
@@ -58,9 +60,31 @@ async def test_bodies_that_are_not_utf8_json_or_too_deep_are_400(server: ServerP
                                                                  http: aiohttp.ClientSession) -> None:
     for body in (b"\xff\xfe[1]", b"[\xc3\x28]", b'["\xed\xa0\x80"]', b"[" * 100_000 + b"]" * 100_000,
                  b'{"Map": ' * 5000, b"[1,", b'[{"namespace": "\\ud800"}]'):
-        for method in ("icrc72_publish", "icrc72_register_subscription", "tidings_get_dead_letters"):
+        for method in ("icrc72_publish", "icrc72_register_subscription", "tidings_get_dead_letters",
+                       "icrc72_get_publication_broadcasters"):
             status, out, _ = await raw(http, server, method, body)
             assert 400 <= status < 500, (method, body[:20], status, out)
+
+
+async def test_broadcaster_queries_refuse_bad_arguments_and_bound_the_rest(
+    server: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    """The broadcaster queries (docs/scaling.md): missing or mistyped fields are 400, an
+    unknown or huge namespace 404, a huge or unknown broadcaster an empty list; never a 5xx."""
+    for body in (b"{}", b'{"namespace": 7}', b'{"namespace": null}', b'{"namespace": "a.b", "take": "x"}', b"[]"):
+        status, out, _ = await raw(http, server, "icrc72_get_publication_broadcasters", body)
+        assert status == 400, (body, status, out)
+    for ns in ("com.example.none", "x" * 100_000, "", "a..b", "icrc72:broadcaster:sys:nobody"):
+        status, out, _ = await raw(http, server, "icrc72_get_publication_broadcasters",
+                                   json.dumps({"namespace": ns}).encode())
+        assert status == 404, (ns[:20], status, out)
+    for body in (b'{"broadcaster": 7}', b'{"prev": "x"}', b'{"take": -1.5}'):
+        status, out, _ = await raw(http, server, "icrc72_get_broadcaster_subscriptions", body)
+        assert status == 400, (body, status, out)
+    for who in ("nobody", "x" * 100_000, ""):
+        status, out, _ = await raw(http, server, "icrc72_get_broadcaster_subscriptions",
+                                   json.dumps({"broadcaster": who}).encode())
+        assert status == 200 and out == [], (who[:20], status, out)  # this server has no subscriptions
 
 
 @pytest.mark.parametrize("verb", ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"])
