@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.test_pipeline_source import T0, make_store
-from tidings.pipeline import _sqlite, layout
+from tidings.pipeline import layout
+from tidings.pipeline._backend import hot_log
 from tidings.pipeline.archive import CRASH_ENV, DAY_NS, archive, expire
 from tidings.pipeline.errors import PipelineError
 from tidings.pipeline.layout import Manifest
@@ -169,8 +170,8 @@ def test_retention_expires_whole_days_of_the_archive(tmp_path: Path) -> None:
     _bind_schema(data, "by-id", {"Nat": 1}, 2 * 86_400)
     _bind_schema(data, "by-name", {"Text": "orders"}, None, name="orders")  # v1: for ever
     _bind_schema(data, "by-name", {"Text": "orders"}, 86_400, name="orders")  # v2, the latest Active: one day
-    with _sqlite.connect(data) as c:
-        assert [_sqlite.retention_of(c, ns) for ns in ("kept", "by-id", "by-name")] == [None, 2 * 86_400, 86_400]
+    with hot_log(data).connect() as c:
+        assert [c.retention_of(ns) for ns in ("kept", "by-id", "by-name")] == [None, 2 * 86_400, 86_400]
     for ns in ("kept", "by-id", "by-name"):
         for day in ("2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"):
             d = layout.namespace_dir(root, ns) / f"date={day}"
@@ -224,8 +225,8 @@ def test_sqlite_store_still_appends_after_trimming(tmp_path: Path) -> None:
     """Trimming archived rows never restarts a chain: the next event follows the last id."""
     data = tmp_path / "var"
     stored = make_store(data, {"a": 5})
-    with _sqlite.connect(data, write=True) as c:
-        assert _sqlite.trim_archived(c, "a", 5) == 4  # the log's last row stays
+    with hot_log(data).connect(write=True) as c:
+        assert c.trim_archived("a", 5) == 4  # the log's last row stays
 
     async def more() -> list[StoredEvent]:
         from tidings.store._base import NewEvent
@@ -284,10 +285,12 @@ def test_archive_and_trim_give_disk_space_back(tmp_path: Path) -> None:
               " AS BLOB)")
     c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     c.close()
-    before = _sqlite.store_bytes(data)
+    with hot_log(data).connect() as s:
+        before = s.store_bytes()
     run = archive(data_dir=data, archive_dir=root, older_than_s=0, now_ns=T0 + 3_000 * HOUR_NS)
     assert run.store_bytes is not None and run.store_bytes[0] >= before * 0.9
-    after = _sqlite.store_bytes(data)
+    with hot_log(data).connect() as s:
+        after = s.store_bytes()
     assert after == run.store_bytes[1] and after < before / 3, (before, after)
 
 

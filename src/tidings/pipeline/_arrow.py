@@ -1,10 +1,11 @@
 """The hot log to Arrow and the archive's typed Parquet files, without Spark.
 
 The archive job (:mod:`tidings.pipeline.archive`) runs :func:`stage_chunk` in worker
-processes, one id range each: read the range from SQLite in one query into an Arrow
-table (through the ADBC SQLite driver when it is installed, the ``spark`` extra brings
-it; else the standard ``sqlite3`` module, a few times slower), add the typed columns,
-and write one Parquet file per date into the staging folder.
+processes, one id range each: read the range from the hot log in one query into an
+Arrow table (``Session.read_arrow``: the ADBC SQLite or PostgreSQL driver, which the
+``spark`` extra brings; SQLite falls back to the standard ``sqlite3`` module, a few
+times slower), add the typed columns, and write one Parquet file per date into the
+staging folder.
 
 Columns of an archive file (:data:`FILE_SCHEMA`; ``namespace`` and ``date`` are the
 partition directories): ``seq``, ``id``, ``prev_id``, ``timestamp`` (UTC ns,
@@ -18,9 +19,8 @@ Spark's own key, as it does for the files it writes.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 import pyarrow as pa
@@ -28,8 +28,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _variant, layout
+from ._backend import hot_log
 
-__all__ = ["FILE_SCHEMA", "SPARK_SCHEMA", "archive_table", "read_range", "stage_chunk", "write_file"]
+__all__ = ["FILE_SCHEMA", "SPARK_SCHEMA", "archive_table", "stage_chunk", "write_file"]
 
 DAY_NS: Final = 86_400 * 10**9
 SPARK_METADATA_KEY: Final = b"org.apache.spark.sql.parquet.row.metadata"
@@ -61,45 +62,6 @@ _SPARK_JSON: Final = json.dumps(
     separators=(",", ":"),
 ).encode()
 _WITH_FOOTER: Final = FILE_SCHEMA.with_metadata({SPARK_METADATA_KEY: _SPARK_JSON})
-# prev_id is NULL only on a chain's first event; ADBC infers a column's type from its
-# first rows, so NULL travels as -1 (ids are positive) and is restored in Arrow.
-_SELECT: Final = (
-    "SELECT seq, id, IFNULL(prev_id, -1) AS prev_id, timestamp, source, "
-    "CAST(headers AS TEXT) AS headers, CAST(data AS TEXT) AS data "
-    "FROM events WHERE namespace = ? AND id BETWEEN ? AND ? ORDER BY id"
-)
-_READ_SCHEMA: Final = pa.schema(
-    [("seq", pa.int64()), ("id", pa.int64()), ("prev_id", pa.int64()), ("timestamp", pa.int64()),
-     ("source", pa.string()), ("headers", pa.string()), ("data", pa.string())]
-)
-
-
-def read_range(db: str | Path, namespace: str, lo: int, hi: int) -> pa.Table:
-    """The hot log's events of ``namespace`` with ``lo <= id <= hi``, in id order (:data:`_READ_SCHEMA`)."""
-    adbc: Any
-    try:
-        import adbc_driver_sqlite.dbapi as adbc
-    except ImportError:  # the standard module: the same rows, a few times slower
-        adbc = None
-    if adbc is not None:
-        uri = f"file:{db}?mode=ro"
-        with adbc.connect(uri) as conn, conn.cursor() as cur:
-            cur.execute(_SELECT, (namespace, lo, hi))
-            table = cur.fetch_arrow_table()
-        if table.num_rows == 0:
-            return _READ_SCHEMA.empty_table()
-        table = table.cast(_READ_SCHEMA)
-    else:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            rows = conn.execute(_SELECT, (namespace, lo, hi)).fetchall()
-        finally:
-            conn.close()
-        cols = list(zip(*rows, strict=True)) if rows else [()] * len(_READ_SCHEMA)
-        table = pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, _READ_SCHEMA, strict=True)],
-                                     schema=_READ_SCHEMA)
-    prev = table.column("prev_id")
-    return table.set_column(2, "prev_id", pc.if_else(pc.equal(prev, -1), None, prev))
 
 
 def payload_array(data: pa.ChunkedArray | pa.Array) -> pa.StructArray:
@@ -117,7 +79,7 @@ def payload_array(data: pa.ChunkedArray | pa.Array) -> pa.StructArray:
 
 
 def archive_table(events: pa.Table) -> tuple[pa.Table, pa.Array]:
-    """``events`` (as :func:`read_range` gives them) with the typed columns, and each row's UTC day (int32)."""
+    """``events`` (as ``Session.read_arrow`` gives them) with the typed columns, and each row's UTC day (int32)."""
     ts = events.column("timestamp")
     time_us = pc.divide(ts, 1000).cast(pa.timestamp("us", tz="UTC"))
     days = pc.divide(ts, DAY_NS).cast(pa.int32())  # integer division: timestamps are positive
@@ -137,12 +99,14 @@ def write_file(table: pa.Table, path: Path) -> None:
     pq.write_table(table.cast(_WITH_FOOTER), path, compression="zstd", row_group_size=256 * 1024)
 
 
-def stage_chunk(db: str, namespace: str, lo: int, hi: int, staging: str, tag: str) -> tuple[int, int]:
-    """Archive the ids ``lo..hi`` of ``namespace`` into ``staging`` (one file per date); ``(events, files)``.
+def stage_chunk(location: str, namespace: str, lo: int, hi: int, staging: str, tag: str) -> tuple[int, int]:
+    """Archive the ids ``lo..hi`` of ``namespace`` of the hot log at ``location`` into
+    ``staging`` (one file per date); ``(events, files)``.
 
-    Runs in a worker process: plain arguments, nothing shared.
+    Runs in a worker process: plain arguments, nothing shared; it opens its own connection.
     """
-    events = read_range(db, namespace, lo, hi)
+    with hot_log(location).connect() as conn:
+        events = conn.read_arrow(namespace, lo, hi)
     if events.num_rows == 0:
         return 0, 0
     table, days = archive_table(events)

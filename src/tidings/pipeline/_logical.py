@@ -2,14 +2,14 @@
 
 The ``tidings`` source (batch and stream) plans :class:`Piece` s with :func:`plan` on the
 driver and reads them on executors: archived pieces with pyarrow from the Parquet files
-(:mod:`tidings.pipeline.archive_read`), hot pieces with SQL. The seam is the manifest's
-mark, read once when the read is planned, so a piece is read from exactly one side
-whatever the archive job does meanwhile (docs/pipeline.md, The archive).
+(:mod:`tidings.pipeline.archive_read`), hot pieces with SQL (:mod:`tidings.pipeline._hotlog`).
+The seam is the manifest's mark, read once when the read is planned, so a piece is read
+from exactly one side whatever the archive job does meanwhile (docs/pipeline.md, The
+archive).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -19,11 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.jsonview import json_view_bytes
-from . import _sqlite
+from ._hotlog import Binds, Session
 from .archive_read import read_archived
 from .layout import Manifest
 
-__all__ = ["Piece", "archive_root", "archived_batches", "archived_seq_table", "columns_of", "marks_sql", "plan"]
+__all__ = ["Piece", "archived_batches", "archived_seq_table", "columns_of", "marks_sql", "plan"]
 
 _FILE_COLUMNS: Final = ("seq", "id", "prev_id", "timestamp", "time", "source", "headers", "data", "payload")
 
@@ -37,22 +37,14 @@ class Piece(msgspec.Struct, frozen=True, array_like=True):
     archived: bool = False
 
 
-def archive_root(path: str | Path, option: str | None) -> Path:
-    """The archive of a data dir: the ``archive`` option, else ``<data dir>/archive``."""
-    if option:
-        return Path(option)
-    p = Path(path)
-    return (p if p.is_dir() else p.parent) / "archive"
-
-
 def plan(
-    conn: sqlite3.Connection, root: Path, namespaces: set[str] | None, lo: int, hi: int,
+    conn: Session, root: Path, namespaces: set[str] | None, lo: int, hi: int,
     ranges: list[tuple[str, int, int]] | None = None,
 ) -> list[Piece]:
     """The pieces holding the ids ``lo..hi`` of ``namespaces`` (None: all; ``ranges``: per namespace)."""
     marks = {ns: s.hwm for ns, s in Manifest.load(root).namespaces.items() if s.hwm > 0}
     if ranges is None:
-        names = set(_sqlite.namespaces(conn)) | set(marks)
+        names = set(conn.namespaces()) | set(marks)
         if namespaces is not None:
             names &= namespaces
         ranges = [(ns, lo, hi) for ns in sorted(names)]
@@ -64,7 +56,7 @@ def plan(
         hwm = marks.get(ns, 0)
         if a <= min(b, hwm):
             out.append(Piece(ns, a, min(b, hwm), True))
-        bounds = _sqlite.id_bounds(conn, ns)
+        bounds = conn.id_bounds(ns)
         if bounds is not None:
             h_lo, h_hi = max(a, hwm + 1, bounds[0]), min(b, bounds[1])
             if h_lo <= h_hi:
@@ -141,9 +133,10 @@ def columns_of(table: pa.Table, columns: list[str], schema: pa.Schema) -> Iterat
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def marks_sql(marks: dict[str, int]) -> tuple[str, list[Any]]:
-    """SQL ``AND`` clause keeping hot rows above their namespace's mark (archived rows are read from the archive)."""
+def marks_sql(marks: dict[str, int], b: Binds) -> str:
+    """SQL ``AND`` clause keeping hot rows above their namespace's mark (archived rows are
+    read from the archive), its values added to ``b``."""
     if not marks:
-        return "", []
-    cases = " ".join("WHEN ? THEN ?" for _ in marks)
-    return f"AND id > CASE namespace {cases} ELSE 0 END", [x for kv in sorted(marks.items()) for x in kv]
+        return ""
+    cases = " ".join(f"WHEN {b(ns)} THEN {b(hwm)}" for ns, hwm in sorted(marks.items()))
+    return f" AND id > CASE namespace {cases} ELSE 0 END"

@@ -5,13 +5,15 @@ A run, per namespace, with ``hwm`` its high-water mark in the manifest (docs/pip
 1. delete files a killed run left behind (their ``lo`` is above ``hwm``) and the staging folder;
 2. plan ``(hwm, X]``: the longest prefix of the chain after ``hwm`` that is older than
    the threshold;
-3. worker processes read those ranges from SQLite into Arrow tables, in chunks of
+3. worker processes read those ranges from the hot log (SQLite or PostgreSQL,
+   :mod:`tidings.pipeline._hotlog`) into Arrow tables, in chunks of
    ``chunk_size`` ids, and write typed Parquet into staging, partitioned by namespace
    and date (:mod:`tidings.pipeline._arrow`; no Spark: it would add nothing but its start);
 4. each staged file is fsynced and renamed to its place, named after the run's range;
 5. the manifest, with ``hwm = X``, is replaced atomically: from here on the events are archived;
 6. only then the hot log is trimmed up to ``X`` (the store's rules: rows still owed to
-   subscribers and the log's last row stay).
+   subscribers and the log's last row stay), in short batches, and its space is made
+   reusable (SQLite: free pages go back to the filesystem; PostgreSQL: ``VACUUM (ANALYZE)``).
 
 A kill before 5 leaves the manifest as it was: step 1 of the next run removes what was
 moved, and the range is archived again. A kill after 5 leaves rows in the hot log that
@@ -37,7 +39,9 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
-from . import _arrow, _sqlite, layout
+from . import _arrow, layout
+from ._backend import hot_log
+from ._hotlog import HotLog, IdRange
 from ._human import fmt_bytes, fmt_count
 from .layout import Manifest, NamespaceState
 
@@ -77,7 +81,8 @@ class ArchiveRun:
     trim_s: float = 0.0
     """Seconds spent trimming the hot log (and giving its free pages back)."""
     store_bytes: tuple[int, int] | None = None
-    """The store's file and WAL, in bytes, before and after the free pages went back (None: not run)."""
+    """The store's size in bytes before and after its space was reclaimed (None: not run):
+    SQLite's file and WAL, PostgreSQL's events table (``pg_total_relation_size``)."""
     total_s: float = 0.0
 
     @property
@@ -102,7 +107,7 @@ def _quiet(_: str) -> None:
 
 def archive(
     *,
-    data_dir: str | Path,
+    data_dir: str | Path | HotLog,
     archive_dir: str | Path,
     older_than_s: float,
     now_ns: int | None = None,
@@ -114,7 +119,9 @@ def archive(
 ) -> ArchiveRun:
     """Archive the events older than ``older_than_s`` seconds; see the module docstring.
 
-    ``workers`` processes (default: one per core) stage chunks of ``chunk_size`` ids.
+    ``data_dir`` is a data dir, its ``tidings.db``, or a PostgreSQL address (or a
+    :class:`~tidings.pipeline._hotlog.HotLog`). ``workers`` processes (default: one per
+    core) stage chunks of ``chunk_size`` ids.
     With ``trim=False`` the hot log is left as it is (the next run with trimming catches up).
     Raises :class:`~tidings.pipeline.errors.PipelineError` ``archive_busy`` if another run holds the archive.
     """
@@ -122,32 +129,27 @@ def archive(
     root = Path(archive_dir)
     now = time.time_ns() if now_ns is None else now_ns
     before = now - int(older_than_s * 1e9)
-    with _sqlite.connect(data_dir):  # no store, no archive folder made
-        pass
+    log = hot_log(data_dir)
+    log.check()  # no store, no archive folder made
     with layout.lock(root):
         manifest = Manifest.load(root)
         _clean(root, manifest, progress)
-        with _sqlite.connect(data_dir) as conn:
-            names = _sqlite.namespaces(conn) if namespaces is None else sorted(namespaces)
+        with log.connect() as conn:
+            names = conn.namespaces() if namespaces is None else sorted(namespaces)
             plan = []
             for ns in names:
                 hwm = manifest.hwm(ns)
-                upto = _sqlite.archivable_upto(conn, ns, hwm, before)
+                upto = conn.archivable_upto(ns, hwm, before)
                 if upto > hwm:
-                    plan.append(_sqlite.IdRange(ns, hwm + 1, upto))
-            counts = {
-                r.namespace: conn.execute(
-                    "SELECT COUNT(*) FROM events WHERE namespace = ? AND id BETWEEN ? AND ?", (r.namespace, r.lo, r.hi)
-                ).fetchone()[0]
-                for r in plan
-            }
+                    plan.append(IdRange(ns, hwm + 1, upto))
+            counts = {r.namespace: conn.count_range(r.namespace, r.lo, r.hi) for r in plan}
         progress(f"archiving {sum(counts.values())} events of {len(plan)} namespaces (before {before})")
         stage_s = trim_s = 0.0
         files: dict[str, int] = {}
         if plan:
             staging = root / layout.META / "staging"
             t = time.monotonic()
-            _stage(_sqlite.db_path(data_dir), plan, staging, chunk_size, workers)
+            _stage(log.location, plan, staging, chunk_size, workers)
             stage_s = time.monotonic() - t
             progress(f"staged {fmt_count(sum(counts.values()))} events as Parquet in {stage_s:.1f} s")
             _crash_point("staged")
@@ -161,20 +163,20 @@ def archive(
         reclaimed: tuple[int, int] | None = None
         t = time.monotonic()
         if trim:
-            with _sqlite.connect(data_dir, write=True) as conn:
+            with log.connect(write=True) as conn:
                 for ns, state in sorted(manifest.namespaces.items()):
-                    trimmed[ns] = _sqlite.trim_archived(conn, ns, state.hwm)
+                    trimmed[ns] = conn.trim_archived(ns, state.hwm)
                     if trimmed[ns]:
                         progress(f"trimmed {trimmed[ns]} rows of {ns} up to id {state.hwm}")
                     _crash_point("trimming")
             progress(f"trimmed {fmt_count(sum(trimmed.values()))} archived rows from the hot log")
-            with _sqlite.connect(data_dir, write=True) as conn:
-                sizes = _sqlite.reclaim(conn)
+            with log.connect(write=True) as conn:
+                sizes = conn.reclaim()
             if sizes is None:
                 progress("the store's file keeps its free pages (created without incremental vacuum): "
                          "run `tidings pipeline vacuum` once while the server is stopped")
             else:
-                progress(f"store file {fmt_bytes(sizes[0])} -> {fmt_bytes(sizes[1])}")
+                progress(f"store {fmt_bytes(sizes[0])} -> {fmt_bytes(sizes[1])}")
                 reclaimed = sizes
         trim_s = time.monotonic() - t
     done = [
@@ -203,10 +205,10 @@ def _clean(root: Path, manifest: Manifest, progress: Progress) -> None:
                     f.unlink()
 
 
-def _stage(db: Path, plan: list[_sqlite.IdRange], staging: Path, chunk_size: int, workers: int | None) -> None:
+def _stage(location: str, plan: list[IdRange], staging: Path, chunk_size: int, workers: int | None) -> None:
     """Write the planned ranges into ``staging``, chunk by chunk, in worker processes."""
     chunks = [
-        (str(db), r.namespace, lo, min(r.hi, lo + chunk_size - 1), str(staging), f"{lo:020d}")
+        (location, r.namespace, lo, min(r.hi, lo + chunk_size - 1), str(staging), f"{lo:020d}")
         for r in plan
         for lo in range(r.lo, r.hi + 1, chunk_size)
     ]
@@ -223,7 +225,7 @@ def _stage(db: Path, plan: list[_sqlite.IdRange], staging: Path, chunk_size: int
             f.result()
 
 
-def _publish(root: Path, staging: Path, plan: list[_sqlite.IdRange], progress: Progress) -> dict[str, int]:
+def _publish(root: Path, staging: Path, plan: list[IdRange], progress: Progress) -> dict[str, int]:
     """Move the staged files to their places, durably; the number of files per namespace."""
     ranges = {r.namespace: r for r in plan}
     moved: dict[str, int] = {}
@@ -248,20 +250,21 @@ def _publish(root: Path, staging: Path, plan: list[_sqlite.IdRange], progress: P
     return moved
 
 
-def expire(*, data_dir: str | Path, archive_dir: str | Path, now_ns: int | None = None) -> list[ExpiredPartition]:
+def expire(*, data_dir: str | Path | HotLog, archive_dir: str | Path, now_ns: int | None = None,
+           ) -> list[ExpiredPartition]:
     """Delete the archive's date partitions whose whole day is past their namespace's retention.
 
-    Retention is read from the schema registry in the store (``_sqlite.retention_of``);
+    Retention is read from the schema registry in the store (``Session.retention_of``);
     namespaces without one keep their archive for ever. A partition is renamed away
     (atomic) before its files are deleted, so readers never see half of one.
     """
     root = Path(archive_dir)
     now = time.time_ns() if now_ns is None else now_ns
     gone: list[ExpiredPartition] = []
-    with _sqlite.connect(data_dir) as conn, layout.lock(root):
+    with hot_log(data_dir).connect() as conn, layout.lock(root):
         trash = root / layout.META / "trash"
         for ns, ns_dir in layout.namespace_dirs(root):
-            keep_s = _sqlite.retention_of(conn, ns)
+            keep_s = conn.retention_of(ns)
             if keep_s is None:
                 continue
             cutoff = datetime.fromtimestamp((now - keep_s * 10**9) / 1e9, UTC).date()

@@ -11,11 +11,19 @@
     tidings pipeline stats   [--data-dir D] [--archive-dir A] [--out report.html] [--since 24h]
                              [--bucket 1h] [--master URL]
 
+``--data-dir`` is the server's data folder (its ``tidings.db``) or the PostgreSQL address
+of a ``tidings serve --store postgresql://...`` (default: ``TIDINGS_STORE`` if that is
+one, else ``TIDINGS_DATA_DIR``, else ``./var``); a PostgreSQL store's archive defaults
+to ``TIDINGS_ARCHIVE_DIR``, else ``<TIDINGS_DATA_DIR>/archive``, where its server's
+replays look. Addresses are printed without their password.
+
 ``archive`` moves old events into the Parquet archive (worker processes and pyarrow,
 no Spark), trims the hot log and gives its free pages back, then applies the registry's
 retention to the archive and to the delivery records; ``expire`` only applies retention;
-``compact`` merges small archive files; ``vacuum`` converts an older store to incremental
-vacuum. ``stats`` (Spark) computes the delivery statistics and writes their HTML report
+``compact`` merges small archive files; ``vacuum`` converts an older SQLite store to
+incremental vacuum and gives its free pages back, or runs ``VACUUM (ANALYZE)`` on the
+PostgreSQL tables the pipeline trims, and reports their sizes before and after.
+``stats`` (Spark) computes the delivery statistics and writes their HTML report
 (:mod:`tidings.pipeline.stats_cli`); its ``--master`` runs on a cluster (``spark://...``,
 ``yarn``, ``k8s://...``) or, as ``sc://host:port``, through Spark Connect; the default is
 ``local[*]``. All print a JSON summary on stdout and their progress on stderr; an error
@@ -81,8 +89,9 @@ def _common(*, inner: bool = False) -> argparse.ArgumentParser:
     too: given after the action they count, and left out they keep the outer value."""
     common = argparse.ArgumentParser(add_help=False)
     default: Any = argparse.SUPPRESS if inner else None
-    common.add_argument("--data-dir", type=Path, default=default,
-                        help="store folder (default ./var, env TIDINGS_DATA_DIR)")
+    common.add_argument("--data-dir", type=store_location, default=default,
+                        help="store folder, or the server's postgresql:// address "
+                             "(default: TIDINGS_STORE if PostgreSQL, else ./var or TIDINGS_DATA_DIR)")
     common.add_argument("--archive-dir", type=Path, default=default,
                         help="Parquet archive (default <data-dir>/archive)")
     return common
@@ -111,7 +120,8 @@ def _maintenance_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     v = sub.add_parser("vacuum", parents=[common],
-                       help="switch an older store to incremental vacuum (rewrites the file; stop the server first)")
+                       help="SQLite: switch an older store to incremental vacuum (rewrites the file; stop the "
+                            "server first); PostgreSQL: VACUUM (ANALYZE) the tables the pipeline trims")
     v.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -132,13 +142,31 @@ def run_archive(args: argparse.Namespace) -> int:
     return run_pipeline(args)
 
 
+def store_location(text: str) -> Path | str:
+    """``--data-dir``: a PostgreSQL address stays text (a ``Path`` would fold its ``//``)."""
+    from ._url import is_pg_url
+
+    return text if is_pg_url(text) else Path(text)
+
+
+def _locations(args: argparse.Namespace) -> tuple[Path | str, Path]:
+    """The hot log (data dir or PostgreSQL address) and the archive the action works on."""
+    from ..settings import Settings
+    from ._backend import archive_root
+    from ._url import is_pg_url
+
+    if isinstance(args.data_dir, str):
+        return args.data_dir, args.archive_dir or archive_root(args.data_dir, None)
+    settings = Settings.from_env(data_dir=args.data_dir)
+    if args.data_dir is None and is_pg_url(settings.store):
+        return settings.store, args.archive_dir or archive_root(settings.store, None)
+    return settings.data_dir, args.archive_dir or settings.data_dir / "archive"
+
+
 def run_pipeline(args: argparse.Namespace) -> int:
     """Run the action parsed by :func:`add_pipeline_parser`; the exit status."""
-    from ..settings import Settings
-
-    data_dir = Settings.from_env(data_dir=args.data_dir).data_dir
-    archive_dir = args.archive_dir or data_dir / "archive"
     try:
+        data_dir, archive_dir = _locations(args)
         if args.pipeline_action == "expire":
             from .archive import expire
 
@@ -154,13 +182,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
             _emit({"compacted": [dataclasses.asdict(x) for x in done]})
             return 0
         if args.pipeline_action == "vacuum":
-            from . import _sqlite
+            from ._backend import hot_log
 
-            before = _sqlite.store_bytes(data_dir)
-            with _sqlite.connect(data_dir, write=True) as conn:
-                _sqlite.enable_vacuum(conn)
-                _sqlite.reclaim(conn)
-            _emit({"store_bytes": [before, _sqlite.store_bytes(data_dir)]})
+            with hot_log(data_dir).connect(write=True) as conn:
+                sizes = conn.vacuum()
+            out: dict[str, Any] = {"store_bytes": [sizes.before, sizes.after]}
+            if sizes.relations:
+                out["relations"] = {k: list(v) for k, v in sizes.relations.items()}
+            _emit(out)
             return 0
         if args.pipeline_action == "stats":
             from .stats_cli import run_stats
@@ -175,7 +204,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
         return 2
 
 
-def _archive(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int:
+def _archive(args: argparse.Namespace, data_dir: Path | str, archive_dir: Path) -> int:
     from ._human import fmt_count, fmt_rate, fmt_seconds
     from .archive import archive, expire
 
@@ -204,11 +233,11 @@ def _archive(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int
     return 0
 
 
-def _trim_deliveries(data_dir: Path, keep_s: float) -> int:
-    from . import _sqlite
+def _trim_deliveries(data_dir: Path | str, keep_s: float) -> int:
+    from ._backend import hot_log
 
-    with _sqlite.connect(data_dir, write=True) as conn:
-        return _sqlite.trim_deliveries(conn, time.time_ns() - int(keep_s * 1e9))
+    with hot_log(data_dir).connect(write=True) as conn:
+        return conn.trim_deliveries(time.time_ns() - int(keep_s * 1e9))
 
 
 def _emit(obj: Any) -> None:

@@ -12,8 +12,9 @@ notification is confirmed, dead-lettered or dropped (``tidings.store._deliveries
 sent by a replay rather than live.
 
 Reads are split into ranges of about ``partitionSize`` serials (option, default
-100,000), one Spark task each with its own read-only SQLite connection, as the event
-reader does. Pushed down: ``serial``, ``settled_at`` and ``created_at`` compared with
+100,000), one Spark task each with its own read-only connection to the store (the
+SQLite file of a data dir, or a PostgreSQL address: :mod:`tidings.pipeline._hotlog`),
+as the event reader does. Pushed down: ``serial``, ``settled_at`` and ``created_at`` compared with
 integers (``= < <= > >=``); the rest is left to Spark.
 
 Lifecycle: made on the driver, pickled to executors; holds plain values only.
@@ -39,7 +40,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from . import _sqlite
+from ._backend import hot_log
+from ._hotlog import Binds
 from .errors import PipelineError
 
 __all__ = ["DELIVERY_SCHEMA", "TABLES", "DeliveriesReader"]
@@ -66,25 +68,29 @@ DEFAULT_PARTITION_SIZE: Final = 100_000
 _BATCH: Final = 10_000
 _INT_COLUMNS: Final = ("serial", "settled_at", "created_at")
 
-# Per table: the key the partitions split, and the SELECT of the schema's columns.
+# Per table: the key the partitions split, and the SELECT of the schema's columns. SQL
+# that SQLite and PostgreSQL both take: ``replay`` is 0/1 in one and a boolean in the
+# other (both cast it to an integer), a bare NULL needs a type in PostgreSQL, and its
+# WHERE needs a boolean (TRUE, not 1).
 _QUERIES: Final = {
     "deliveries": (
         "serial",
         "SELECT serial, notification_id, subscription_id, subscriber, namespace, seq, event_id, source, "
-        "event_timestamp, created_at, settled_at, attempts, outcome, replay != 0 FROM deliveries WHERE 1",
+        "event_timestamp, created_at, settled_at, attempts, outcome, CAST(replay AS INTEGER) <> 0 "
+        "FROM deliveries WHERE TRUE",
     ),
     "pending": (
         "n.id",
         "SELECT n.id, n.id, n.subscription_id, COALESCE(s.subscriber, ''), n.namespace, n.seq, "
         "COALESCE(e.id, r.event_id, 0), COALESCE(e.source, r.source), COALESCE(e.timestamp, r.timestamp), "
-        "n.created_at, NULL, n.attempts, 'pending', r.id IS NOT NULL FROM notifications n "
+        "n.created_at, CAST(NULL AS BIGINT), n.attempts, 'pending', r.id IS NOT NULL FROM notifications n "
         "LEFT JOIN subscriptions s ON s.id = n.subscription_id LEFT JOIN events e ON e.seq = n.seq "
-        "LEFT JOIN replay_notes r ON r.id = n.id WHERE 1",
+        "LEFT JOIN replay_notes r ON r.id = n.id WHERE TRUE",
     ),
 }
 _SQL_COLUMN: Final = {
     "deliveries": {"serial": "serial", "settled_at": "settled_at", "created_at": "created_at"},
-    "pending": {"serial": "n.id", "settled_at": "NULL", "created_at": "n.created_at"},
+    "pending": {"serial": "n.id", "settled_at": "CAST(NULL AS BIGINT)", "created_at": "n.created_at"},
 }
 _FROM: Final = {"deliveries": "deliveries", "pending": "notifications n"}
 TABLES: Final = tuple(_QUERIES)
@@ -151,27 +157,25 @@ class DeliveriesReader(DataSourceReader):
             hi[col] = min(hi.get(col, v1), v1)
         return isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual)
 
-    def _where(self) -> tuple[str, list[int]]:
+    def _where(self, b: Binds) -> str:
+        """The pushed-down bounds as ``AND`` clauses, their values added to ``b``."""
         cols = _SQL_COLUMN[self.table]
-        sql, params = [], []
+        sql = []
         for col in _INT_COLUMNS:
             if col in self.bounds.lo:
-                sql.append(f"AND {cols[col]} >= ?")
-                params.append(self.bounds.lo[col])
+                sql.append(f" AND {cols[col]} >= {b(self.bounds.lo[col])}")
             if col in self.bounds.hi:
-                sql.append(f"AND {cols[col]} <= ?")
-                params.append(self.bounds.hi[col])
-        return " ".join(sql), params
+                sql.append(f" AND {cols[col]} <= {b(self.bounds.hi[col])}")
+        return "".join(sql)
 
     def partitions(self) -> Sequence[InputPartition]:
         key = _QUERIES[self.table][0]
-        where, params = self._where()
-        with _sqlite.connect(self.path) as conn:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not {"deliveries", "replay_notes"} <= tables:
+        with hot_log(self.path).connect() as conn:
+            if not conn.has_tables(["deliveries", "replay_notes"]):
                 return []  # a store last opened by an older tidings: no records yet
-            lo, hi = conn.execute(f"SELECT MIN({key}), MAX({key}) FROM {_FROM[self.table]} WHERE 1 {where}",
-                                  params).fetchone()
+            b = conn.binds()
+            found = conn.one(f"SELECT MIN({key}), MAX({key}) FROM {_FROM[self.table]} WHERE TRUE{self._where(b)}", b)
+        lo, hi = found if found else (None, None)
         if lo is None:
             return []
         size = self.partition_size
@@ -183,16 +187,17 @@ class DeliveriesReader(DataSourceReader):
         if not isinstance(partition.value, tuple | list):  # Spark reads one empty partition when none were planned
             return
         key, select = _QUERIES[self.table]
-        where, params = self._where()
         after, hi = partition.value[0] - 1, partition.value[1]
         indexes = [DELIVERY_SCHEMA.fieldNames().index(c) for c in self.columns]
-        with _sqlite.connect(self.path) as conn:
+        with hot_log(self.path).connect() as conn:
             while after < hi:
-                # Keyset paging, as the event reader does: no read transaction pins the WAL for long.
-                rows = conn.execute(
-                    f"{select} AND {key} > ? AND {key} <= ? {where} ORDER BY {key} LIMIT ?",
-                    (after, hi, *params, _BATCH),
-                ).fetchall()
+                # Keyset paging, as the event reader does: no read transaction pins a snapshot for long.
+                b = conn.binds()
+                rows = conn.rows(
+                    f"{select} AND {key} > {b(after)} AND {key} <= {b(hi)}{self._where(b)} "
+                    f"ORDER BY {key} LIMIT {b(_BATCH)}",
+                    b,
+                )
                 if not rows:
                     return
                 yield _batch(rows, indexes, self.arrow_schema)
@@ -203,7 +208,7 @@ def _batch(rows: list[tuple[Any, ...]], indexes: list[int], arrow_schema: pa.Sch
     arrays = []
     for k, i in enumerate(indexes):
         kind = arrow_schema.field(k).type
-        # SQLite has no booleans: ``replay`` comes as 0 or 1.
+        # SQLite has no booleans: ``replay`` comes as 0 or 1 there.
         values = [bool(r[i]) for r in rows] if pa.types.is_boolean(kind) else [r[i] for r in rows]
         arrays.append(pa.array(values, type=kind))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)

@@ -1,10 +1,11 @@
 """The ``tidings`` Spark data source: the event log as a DataFrame.
 
-Register it once per session, then read the store of a data dir (or its ``tidings.db``)::
+Register it once per session, then read the store of a data dir (or its ``tidings.db``,
+or the PostgreSQL address ``tidings serve --store`` takes)::
 
     from tidings.pipeline.source import register
     register(spark)
-    df = spark.read.format("tidings").load("./var")
+    df = spark.read.format("tidings").load("./var")   # or .load("postgresql://...")
     df.where("namespace = 'shop.orders' AND id > 1000").select("id", F.parse_json("data_json"))
 
 Columns (:data:`EVENT_SCHEMA`): ``seq``, ``namespace``, ``id``, ``prev_id``,
@@ -23,33 +24,36 @@ which filters query (``to_column(f, "data_view")``).
 
 The source reads the logical log (:mod:`tidings.pipeline._logical`): ids up to each
 namespace's archive mark from the Parquet archive (option ``archive``, default
-``<data dir>/archive``), ids above it from the hot log, the mark read once at planning;
-option ``origin`` (``both``, ``hot``, ``archive``) reads one side only.
+``<data dir>/archive``; for a PostgreSQL store ``TIDINGS_ARCHIVE_DIR``, else
+``<TIDINGS_DATA_DIR>/archive``), ids above it from the hot log, the mark read once at
+planning; option ``origin`` (``both``, ``hot``, ``archive``) reads one side only.
 
 Reads are split into id-range partitions of about ``partitionSize`` events (option,
 default 100,000), small namespaces packed together, so they run in parallel. With
 ``spark.sql.python.filterPushdown.enabled`` (set by :func:`tidings.pipeline.session.build`)
-these filters are pushed into the SQLite query and partition planning: ``namespace``
+these filters are pushed into the hot log's SQL query (SQLite or PostgreSQL) and
+partition planning: ``namespace
 ``=`` or ``IN``; ``id``, ``seq`` and ``timestamp`` compared with integers
 (``= < <= > >=``). Without pushdown, the options ``namespace`` (comma-separated),
 ``fromId`` and ``toId`` (inclusive) narrow the read the same way.
 
 Lifecycle: :class:`TidingsDataSource` and :class:`TidingsReader` are made on the driver
 and pickled to executors; they hold only plain values. ``partitions()`` runs on the
-driver and ``read()`` on executors, each opening its own read-only SQLite connection
-(or reading its archived Parquet files), so the store and the archive must be reachable
-at the same paths from every executor (local mode, or a shared filesystem).
+driver and ``read()`` on executors, each opening its own read-only connection to the
+hot log (:mod:`tidings.pipeline._hotlog`; or reading its archived Parquet files), so the
+store and the archive must be reachable at the same paths from every executor (local
+mode, or a shared filesystem; a PostgreSQL store at its address).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -67,40 +71,20 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType, VariantType
+from pyspark.sql.types import StructType
 
-from ..core.jsonview import json_view_bytes
-from . import _logical, _sqlite, _variant
+from . import _logical
+from ._backend import archive_root, hot_log
+from ._columns import COLUMNS, DEFAULT_PARTITION_SIZE, EVENT_SCHEMA, check_schema, to_batch
+from ._hotlog import Cond, IdRange, Session
 from .errors import PipelineError
 
+# The columns live in _columns (the stream reader shares them); their names stay here too.
 __all__ = ["COLUMNS", "EVENT_SCHEMA", "TidingsDataSource", "TidingsReader", "check_schema", "register", "to_batch"]
 
 NAME: Final = "tidings"
-EVENT_SCHEMA: Final = StructType(
-    [
-        StructField("seq", LongType(), False),
-        StructField("namespace", StringType(), False),
-        StructField("id", LongType(), False),
-        StructField("prev_id", LongType(), True),
-        StructField("timestamp", LongType(), False),
-        StructField("time", TimestampType(), False),
-        StructField("source", StringType(), False),
-        StructField("headers", StringType(), False),
-        StructField("data", StringType(), False),
-        StructField("data_json", StringType(), False),
-    ]
-)
-COLUMNS: Final = {
-    **{f.name: f.dataType for f in EVENT_SCHEMA.fields},
-    "data_view": VariantType(),
-}
-"""Every column a reader can be asked for: those of :data:`EVENT_SCHEMA`, and ``data_view``,
-the JSON view as a ``VARIANT`` built in Python (:mod:`tidings.pipeline._variant`, a few µs an
-event)."""
-DEFAULT_PARTITION_SIZE: Final = 100_000
 _INT_COLUMNS: Final = ("id", "seq", "timestamp")
 _INT64_MAX: Final = 2**63 - 1
-_decode = msgspec.json.decode
 
 
 def register(spark: Any) -> None:
@@ -109,7 +93,7 @@ def register(spark: Any) -> None:
 
 
 class TidingsDataSource(DataSource):
-    """``spark.read.format("tidings")``: options ``path`` (data dir or db file, or ``load(path)``),
+    """``spark.read.format("tidings")``: options ``path`` (data dir, db file or PostgreSQL address, or ``load(path)``),
     ``namespace``, ``fromId``, ``toId``, ``partitionSize``, ``ranges`` (JSON ``[[ns, lo, hi], ...]``).
 
     ``df.write.format("tidings")`` and ``writeStream`` publish rows through a broker:
@@ -209,7 +193,7 @@ class TidingsReader(DataSourceReader):
             raise PipelineError(f"bad tidings source option: {e}", code="invalid_option") from e
         if size < 1:
             raise PipelineError("partitionSize must be positive", code="invalid_option")
-        archive = str(_logical.archive_root(path, opts.get("archive")))
+        archive = str(archive_root(path, opts.get("archive")))
         origin = opts.get("origin", "both")
         if origin not in ("both", "hot", "archive"):
             raise PipelineError(f"origin is 'both', 'hot' or 'archive', not {origin!r}", code="invalid_option")
@@ -257,7 +241,7 @@ class TidingsReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         b = self.bounds
-        with _sqlite.connect(self.path) as conn:
+        with hot_log(self.path).connect() as conn:
             pieces = _logical.plan(
                 conn, Path(self.archive), b.namespaces, b.lo.get("id", 0), b.hi.get("id", _INT64_MAX), self.ranges
             )
@@ -268,61 +252,32 @@ class TidingsReader(DataSourceReader):
     # -- reading (executors) -------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        where, params = self._where()
-        with _sqlite.connect(self.path) as conn:
+        conds = self._conds()
+        with contextlib.ExitStack() as stack:
+            conn: Session | None = None  # opened at the first hot piece: archived ones need none
             for p in partition.value or ():  # Spark reads one empty partition when none were planned
                 if p.archived:
                     yield from _logical.archived_batches(
                         Path(self.archive), p, self.columns, self.arrow_schema, self.bounds.lo, self.bounds.hi
                     )
                     continue
-                for rows in _sqlite.read_range(conn, _sqlite.IdRange(p.namespace, p.lo, p.hi), where, params):
+                if conn is None:
+                    conn = stack.enter_context(hot_log(self.path).connect())
+                for rows in conn.read_range(IdRange(p.namespace, p.lo, p.hi), conds):
                     yield self._batch(rows)
 
-    def _where(self) -> tuple[str, list[int]]:
-        sql, params = [], []
+    def _conds(self) -> list[Cond]:
+        """The pushed-down bounds on seq and timestamp (id bounds went into the pieces)."""
+        out: list[Cond] = []
         for col in ("seq", "timestamp"):
             if col in self.bounds.lo:
-                sql.append(f"AND {col} >= ?")
-                params.append(self.bounds.lo[col])
+                out.append((col, ">=", self.bounds.lo[col]))
             if col in self.bounds.hi:
-                sql.append(f"AND {col} <= ?")
-                params.append(self.bounds.hi[col])
-        return " ".join(sql), params
+                out.append((col, "<=", self.bounds.hi[col]))
+        return out
 
     def _batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
         return to_batch(rows, self.columns, self.arrow_schema)
-
-
-def check_schema(schema: StructType) -> None:
-    """Raise :class:`PipelineError` unless every field of ``schema`` is a column of the source, with its type."""
-    bad = [f"{f.name} {f.dataType.simpleString()}" for f in schema.fields if COLUMNS.get(f.name) != f.dataType]
-    if bad:
-        known = ", ".join(f"{k} {t.simpleString()}" for k, t in COLUMNS.items())
-        raise PipelineError(f"the tidings source has no columns {bad}; it has {known}", code="invalid_option")
-
-
-def to_batch(rows: list[tuple[Any, ...]], columns: list[str], arrow_schema: pa.Schema) -> pa.RecordBatch:
-    """Hot-log rows (:data:`_sqlite.EVENT_COLUMNS`) as an Arrow batch of ``columns``."""
-    arrays = []
-    for name in columns:
-        if name == "time":
-            values: list[Any] = [r[4] // 1000 for r in rows]
-        elif name == "headers":
-            values = [bytes(r[6]).decode() for r in rows]
-        elif name == "data":
-            values = [bytes(r[7]).decode() for r in rows]
-        elif name == "data_json":
-            values = [json_view_bytes(_decode(r[7])).decode() for r in rows]
-        elif name == "data_view":
-            values = [{"value": v, "metadata": m} for m, v in (_variant.encode(_decode(r[7])) for r in rows)]
-        else:
-            values = [r[_ROW_INDEX[name]] for r in rows]
-        arrays.append(pa.array(values, type=arrow_schema.field(name).type))
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-
-
-_ROW_INDEX: Final = {"seq": 0, "namespace": 1, "id": 2, "prev_id": 3, "timestamp": 4, "source": 5}
 
 
 def _pack(pieces: list[_logical.Piece], size: int) -> list[InputPartition]:

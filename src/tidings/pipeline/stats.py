@@ -134,14 +134,17 @@ def frames(
     since_ns: int | None = None,
     until_ns: int | None = None,
 ) -> Frames:
-    """The events (hot log and archive), delivery outcomes and pending notifications of ``[since, until)``."""
+    """The events (hot log and archive), delivery outcomes and pending notifications of ``[since, until)``.
+
+    ``data_dir``: a data dir, its ``tidings.db``, or a PostgreSQL address."""
     from pyspark.sql import functions as F
 
-    from . import _sqlite
+    from ._backend import hot_log
+    from ._sqlite import db_path
+    from ._url import is_pg_url
 
-    path = str(_sqlite.db_path(data_dir))
-    with _sqlite.connect(path):  # a clear error now rather than in a Spark task
-        pass
+    path = str(data_dir) if is_pg_url(data_dir) else str(db_path(data_dir))
+    hot_log(path).check()  # a clear error now rather than in a Spark task
 
     def window(df: Any, col: str) -> Any:
         if since_ns is not None:
@@ -214,8 +217,11 @@ def stats(
     totals.sort(key=lambda r: (order[r.dimension], r.key))
     series.sort(key=lambda p: (order[p.dimension], p.key, p.start_ns))
     overall = next((r for r in totals if r.dimension == "all"), None) or _empty_row()
+    from ._url import redact
+
     return Stats(
-        data_dir=str(data_dir), since_ns=since_ns, until_ns=until_ns, bucket_s=bucket_s,
+        # Printed in the report and the summary: never with a password.
+        data_dir=redact(data_dir), since_ns=since_ns, until_ns=until_ns, bucket_s=bucket_s,
         generated_at_ns=time.time_ns(), totals=overall, rows=[r for r in totals if r.dimension != "all"],
         series=series, spark_s=time.monotonic() - started,
     )

@@ -18,9 +18,10 @@ import msgspec
 __all__ = ["run_stats"]
 
 
-def run_stats(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> int:
-    """Run ``stats`` with the parsed ``args``; the exit status (errors are raised)."""
-    from . import _sqlite
+def run_stats(args: argparse.Namespace, data_dir: Path | str, archive_dir: Path) -> int:
+    """Run ``stats`` with the parsed ``args`` on the hot log at ``data_dir`` (a data dir or a
+    PostgreSQL address); the exit status (errors are raised)."""
+    from ._backend import hot_log
     from ._human import fmt_bytes, fmt_count, fmt_seconds
     from .report import write_report
     from .session import build
@@ -33,8 +34,7 @@ def run_stats(args: argparse.Namespace, data_dir: Path, archive_dir: Path) -> in
             print(f"[{time.monotonic() - started:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
     bucket_s = parse_bucket(args.bucket)
-    with _sqlite.connect(data_dir):  # no store: say so before Spark takes seconds to start
-        pass
+    hot_log(data_dir).check()  # no store: say so before Spark takes seconds to start
     since_ns = None if args.since is None else time.time_ns() - int(args.since * 1e9)
     progress("starting Spark" + (f" on {args.master}" if args.master else " (local[*])"))
     show_bars = "true" if (not args.quiet and sys.stderr.isatty()) else "false"

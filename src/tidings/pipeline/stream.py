@@ -31,8 +31,13 @@ task, default 100,000), ``archive`` (default ``<data dir>/archive``), ``failOnDa
 ``Trigger.AvailableNow`` reads up to the ``seq`` current when the
 query starts, then stops.
 
+The hot log is the SQLite file of a data dir or a PostgreSQL store (``load("postgresql://...")``,
+the address ``tidings serve --store`` takes): on PostgreSQL too, appends number ``seq``
+in commit order (``tidings.store._pg_migrations``), so the same offsets hold.
+
 Lifecycle: the reader is made on the driver, where ``initialOffset``, ``latestOffset``
-and ``partitions`` run; ``read`` runs on executors with its own SQLite connection.
+and ``partitions`` run; ``read`` runs on executors with its own connection to the hot
+log (:mod:`tidings.pipeline._hotlog`).
 """
 
 from __future__ import annotations
@@ -48,10 +53,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from . import _logical, _sqlite
+from . import _logical
+from ._backend import archive_root, hot_log
+from ._columns import DEFAULT_PARTITION_SIZE, check_schema, to_batch
+from ._hotlog import EVENT_COLUMNS
 from .errors import PipelineError
 from .layout import Manifest
-from .source import DEFAULT_PARTITION_SIZE, check_schema, to_batch
 
 __all__ = ["TidingsStreamReader"]
 
@@ -97,14 +104,15 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise PipelineError(f"failOnDataLoss is true or false, not {fail!r}", code="invalid_option")
         return cls(
             path, schema.fieldNames(), to_arrow_schema(schema, timezone="UTC"), names, starting, max_events, size,
-            str(_logical.archive_root(path, opts.get("archive"))), fail == "true",
+            str(archive_root(path, opts.get("archive"))), fail == "true",
         )
 
     # -- offsets (driver) ------------------------------------------------------------
 
     def _head(self) -> int:
-        with _sqlite.connect(self.path) as conn:
-            return int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+        with hot_log(self.path).connect() as conn:
+            row = conn.one("SELECT COALESCE(MAX(seq), 0) FROM events")
+        return int(row[0]) if row else 0
 
     def _marks(self) -> dict[str, int]:
         marks = {ns: st.hwm for ns, st in Manifest.load(Path(self.archive)).namespaces.items() if st.hwm > 0}
@@ -112,9 +120,10 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _earliest(self) -> int:
         """The offset before the earliest event the logical log holds."""
-        with _sqlite.connect(self.path) as conn:
-            sql, params = _logical.marks_sql(self._marks())
-            hot = conn.execute(f"SELECT MIN(seq) FROM events WHERE 1 {sql}", params).fetchone()[0]
+        with hot_log(self.path).connect() as conn:
+            b = conn.binds()
+            row = conn.one(f"SELECT MIN(seq) FROM events WHERE TRUE{_logical.marks_sql(self._marks(), b)}", b)
+        hot = row[0] if row else None
         arch = _logical.archived_seq_table(Path(self.archive), self._marks(), 0, 2**63 - 1, ("seq",))
         firsts = [x for x in (hot, arch.column("seq")[0].as_py() if arch.num_rows else None) if x is not None]
         return min(firsts) - 1 if firsts else 0
@@ -152,27 +161,30 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _lost(self, after: int, upto: int) -> int:
         """How many events of this query with ``after < seq <= upto`` the logical log no longer holds."""
         marks = self._marks()
-        sql, params = _logical.marks_sql(marks)
         arch = _logical.archived_seq_table(Path(self.archive), marks, after, upto, ("seq", "id"))
-        with _sqlite.connect(self.path) as conn:
+        with hot_log(self.path).connect() as conn:
             if self.namespaces is None:  # every seq is an event: count the holes
-                hot = conn.execute(
-                    f"SELECT COUNT(*) FROM events WHERE seq > ? AND seq <= ? {sql}", (after, upto, *params)
-                ).fetchone()[0]
-                return (upto - after) - int(hot) - arch.num_rows
+                b = conn.binds()
+                row = conn.one(f"SELECT COUNT(*) FROM events WHERE seq > {b(after)} AND seq <= {b(upto)}"
+                               f"{_logical.marks_sql(marks, b)}", b)
+                return (upto - after) - (int(row[0]) if row else 0) - arch.num_rows
             gone = 0
             for ns in self.namespaces:  # the id chain of each: ids found, and the last one before the range
-                ids = [i for (i,) in conn.execute(
-                    f"SELECT id FROM events WHERE namespace = ? AND seq > ? AND seq <= ? {sql}",
-                    (ns, after, upto, *params),
+                b = conn.binds()
+                ids = [i for (i,) in conn.rows(
+                    f"SELECT id FROM events WHERE namespace = {b(ns)} AND seq > {b(after)} AND seq <= {b(upto)}"
+                    f"{_logical.marks_sql(marks, b)}", b,
                 )]
                 ids += [i for n, i in zip(arch.column("namespace").to_pylist(), arch.column("id").to_pylist(),
                                           strict=True) if n == ns]
                 if not ids:
                     continue
-                prev = conn.execute(
-                    f"SELECT MAX(id) FROM events WHERE namespace = ? AND seq <= ? {sql}", (ns, after, *params)
-                ).fetchone()[0]
+                b = conn.binds()
+                found = conn.one(
+                    f"SELECT MAX(id) FROM events WHERE namespace = {b(ns)} AND seq <= {b(after)}"
+                    f"{_logical.marks_sql(marks, b)}", b,
+                )
+                prev = found[0] if found else None
                 if prev is None and marks.get(ns):
                     before = _logical.archived_seq_table(Path(self.archive), {ns: marks[ns]}, 0, after, ("id",))
                     prev = max(before.column("id").to_pylist(), default=None)
@@ -184,10 +196,10 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         after = int(start["seq"])
         end = self._head() if self.until is None else self.until
         if isinstance(limit, ReadMaxRows) and limit.max_rows > 0:
-            with _sqlite.connect(self.path) as conn:
-                row = conn.execute(
-                    "SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT 1 OFFSET ?", (after, limit.max_rows - 1)
-                ).fetchone()
+            with hot_log(self.path).connect() as conn:
+                b = conn.binds()
+                row = conn.one(f"SELECT seq FROM events WHERE seq > {b(after)} ORDER BY seq "
+                               f"LIMIT 1 OFFSET {b(limit.max_rows - 1)}", b)
             if row is not None:
                 end = min(end, int(row[0]))
         return max(after, end)
@@ -209,17 +221,14 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         archived = _logical.archived_seq_table(Path(self.archive), marks, after, hi)
         if archived.num_rows:  # archived ids precede the hot ones of their namespace, but not of others
             yield from _logical.columns_of(archived, self.columns, self.arrow_schema)
-        where, params = _logical.marks_sql(marks)
-        if self.namespaces is not None:
-            where += f" AND namespace IN ({','.join('?' * len(self.namespaces))})"
-            params += list(self.namespaces)
-        with _sqlite.connect(self.path) as conn:
+        with hot_log(self.path).connect() as conn:
             while after < hi:
-                rows = conn.execute(
-                    f"SELECT {_sqlite.EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? {where} "
-                    "ORDER BY seq LIMIT ?",
-                    (after, hi, *params, _READ_BATCH),
-                ).fetchall()
+                b = conn.binds()
+                sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > {b(after)} AND seq <= {b(hi)}"
+                sql += _logical.marks_sql(marks, b)
+                if self.namespaces is not None:
+                    sql += f" AND namespace IN ({b.each(self.namespaces)})"
+                rows = conn.rows(f"{sql} ORDER BY seq LIMIT {b(_READ_BATCH)}", b)
                 if not rows:
                     return
                 yield to_batch(rows, self.columns, self.arrow_schema)

@@ -2,9 +2,9 @@
 
 Config: ``kind = "tidings"``, ``url``, ``token`` (a principal allowed to publish and
 subscribe), optional ``namespace`` (default ``dlt.events``) and ``data_dir`` (the
-broker's data folder, when it is on this machine or a shared filesystem: needed to list
-the broker's events for ``GET /api/v1/events`` and reconciliation, read straight from
-its SQLite log).
+broker's data folder, when it is on this machine or a shared filesystem, or the
+PostgreSQL address of a broker that runs on PostgreSQL: needed to list the broker's
+events for ``GET /api/v1/events`` and reconciliation, read straight from its log).
 
 Mapping: every DLT event goes to the one namespace; the publish body is the event's
 ICRC-16 ``data``, a Map of its fields (``relevantMetadata`` an Array of Text), so
@@ -148,16 +148,17 @@ class BrokerNetwork(Network):
         return await asyncio.to_thread(self._read_log)
 
     def _read_log(self) -> list[NetworkNotification]:
-        from ...pipeline import _sqlite
+        from ...pipeline._backend import hot_log
+        from ...pipeline._hotlog import EVENT_COLUMNS, IdRange
 
         out: list[NetworkNotification] = []
-        with _sqlite.connect(str(self.data_dir)) as conn:
-            bounds = _sqlite.id_bounds(conn, self.namespace)
+        with hot_log(str(self.data_dir)).connect() as conn:
+            bounds = conn.id_bounds(self.namespace)
             if bounds is None:
                 return out
-            for rows in _sqlite.read_range(conn, _sqlite.IdRange(self.namespace, *bounds)):
+            for rows in conn.read_range(IdRange(self.namespace, *bounds)):
                 for row in rows:
-                    r = dict(zip(_sqlite.EVENT_COLUMNS.replace(" ", "").split(","), row, strict=True))
+                    r = dict(zip(EVENT_COLUMNS.replace(" ", "").split(","), row, strict=True))
                     body = _body_of(to_python(msgspec.json.decode(r["data"])))
                     if body is not None:
                         out.append(notification_of(body, id=r["id"], timestamp=r["timestamp"] // 1_000_000,
