@@ -54,6 +54,11 @@ class Settings:
     heartbeat_s: float = 1.0
     """Several broadcasters: how often each records itself alive and renews its leases."""
 
+    forward_timeout_s: float = 5.0
+    """Several broadcasters: a broadcaster that receives events of a publication another
+    owns forwards them there (``icrc72_publish_relay``) and waits this long for the owner's
+    answer; 0 stores them where they arrive instead (docs/scaling.md)."""
+
     max_body_bytes: int = 4 * 1024 * 1024
     """Largest request body accepted; larger ones get 413 ``payload_too_large``."""
 
@@ -227,6 +232,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "workers": (0, 256),
     "lease_s": (1, 600),
     "heartbeat_s": (0.05, 60),
+    "forward_timeout_s": (0, 120),
     "port": (0, 65_535),
     "push_timeout_s": (0.001, 3_600),
     "ack_deadline_s": (0.001, 3_600),

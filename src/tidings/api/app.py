@@ -28,6 +28,7 @@ from ._method import Reply, warning_header
 from .confluent import ENDPOINTS, confluent_routes
 from .methods import METHODS
 from .openapi import openapi_document
+from .relay import relay_route
 from .stream import StreamFace
 
 __all__ = ["create_app", "error_response", "publish_reply"]
@@ -151,6 +152,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
     return Starlette(
         routes=[
             WebSocketRoute("/v1/stream", stream.serve),
+            relay_route(broker, error_response),
             Route("/v1/{method}", call, methods=["POST"]),
             Route("/v1/{method}", method_not_allowed,
                   methods=["GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"]),

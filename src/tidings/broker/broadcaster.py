@@ -4,6 +4,7 @@ delivery."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from ..core.ingest import ERR_RESERVED_HEADER
 from ..core.wire import Event, GenericError, ItemResult, err, ok
 from ..errors import BadRequest, StoreError
 from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
+from .forwarding import Forwarding
 from .orchestrator import Orchestrator
 
 __all__ = [
@@ -57,6 +59,7 @@ class Broadcaster:
         max_pending_events: int,
         on_appended: Callable[[list[StoredEvent]], None],
         schemas: SchemaCheck | None = None,
+        forwarding: Forwarding | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._store = store
@@ -68,6 +71,7 @@ class Broadcaster:
         self._clock = clock
         self._pending = 0
         self.schemas = schemas
+        self._forwarding = forwarding
 
     def _bindings(self, namespaces: set[str], now: int) -> dict[str, Any]:
         """The schema binding of each namespace in the batch that has one."""
@@ -111,13 +115,53 @@ class Broadcaster:
         now: int,
         warnings: list[str] | None = None,
         decoded: Sequence[Any] | None = None,
+        *,
+        relayed: bool = False,
     ) -> list[ItemResult | None]:
         """The stateful half of a publish of ``n`` events, given what ``ingest.prepare``
         made of them (here or in a front process): rights, schemas, back-pressure, the
         durable append. ``decoded`` holds the events' data as decoded, when at hand; a
-        schema check decodes the row's bytes otherwise."""
+        schema check decodes the row's bytes otherwise.
+
+        Events of publications another broadcaster owns are sent there (``Forwarding``),
+        unless they were ``relayed`` here already: a relay is stored where it lands, even
+        if the owner changed meanwhile, so an event never travels in a loop."""
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
+        fw = self._forwarding
+        if fw is None or relayed:
+            return await self._commit_here(caller, n, rows, refused, now, warnings, decoded)
+        here, away = fw.split(rows)
+        if not away:
+            return await self._commit_here(caller, n, rows, refused, now, warnings, decoded)
+        urls = list(away)
+        answers = await asyncio.gather(*(fw.send(u, caller.name, n, away[u], now) for u in urls))
+        for url, answer in zip(urls, answers, strict=True):
+            if answer is None:  # the owner surely has not stored them: store them here
+                here.extend(away[url])
+        results: list[ItemResult | None] = [None] * n
+        if here or refused:
+            results = await self._commit_here(caller, n, here, refused, now, warnings, decoded)
+        for answer in answers:
+            if answer is None:
+                continue
+            for i, r in enumerate(answer.results[:n]):
+                if r is not None:
+                    results[i] = r
+            if warnings is not None:
+                warnings.extend(w for w in answer.warnings if w not in warnings)
+        return results
+
+    async def _commit_here(
+        self,
+        caller: PrincipalRecord,
+        n: int,
+        rows: Sequence[ingest.Prepared],
+        refused: dict[int, tuple[str, ItemResult]],
+        now: int,
+        warnings: list[str] | None,
+        decoded: Sequence[Any] | None,
+    ) -> list[ItemResult | None]:
         namespaces = {r.namespace for r in rows}
         namespaces.update(ns for ns, _ in refused.values())
         await self._orch.known(namespaces)

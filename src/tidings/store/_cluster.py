@@ -67,6 +67,11 @@ class ClusterStore(ABC):
         """Every lease whose key starts with ``prefix``, lapsed ones included, by key."""
 
     @abstractmethod
+    async def peer_secret(self, candidate: bytes) -> bytes:
+        """The secret every broadcaster of this store shares (to sign what one sends
+        another): the one stored, or ``candidate``, stored now, if there is none yet."""
+
+    @abstractmethod
     async def listen(self, on_change: Callable[[str, str], None]) -> Callable[[], Awaitable[None]]:
         """Call ``on_change(kind, argument)`` for each change another process makes
         (``CHANGE_LOG``, ``CHANGE_REGISTRY``) until the returned coroutine function is

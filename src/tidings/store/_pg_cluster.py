@@ -49,6 +49,15 @@ class PgClusterStore(PgAccess, ClusterStore):
         rows = await self._tx(job)
         return [BroadcasterRecord(id=r[0], url=r[1], started_at=r[2], seen_ms_ago=max(0, r[3])) for r in rows]
 
+    async def peer_secret(self, candidate: bytes) -> bytes:
+        async def job(c: asyncpg.Connection) -> bytes:
+            await c.execute(
+                "INSERT INTO cluster_secrets(name, value) VALUES ('peer', $1) ON CONFLICT (name) DO NOTHING", candidate
+            )
+            return bytes(await c.fetchval("SELECT value FROM cluster_secrets WHERE name = 'peer'"))
+
+        return await self._tx(job)  # type: ignore[no-any-return]
+
     async def leave(self, node: str) -> None:
         async def job(c: asyncpg.Connection) -> None:
             await c.execute("DELETE FROM leases WHERE owner = $1", node)

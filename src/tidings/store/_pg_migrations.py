@@ -243,9 +243,17 @@ CREATE TABLE leases (
 CREATE INDEX leases_owner ON leases(owner, key);
 """
 
+_V3: Final = """
+CREATE TABLE cluster_secrets (
+    name text COLLATE "C" PRIMARY KEY,
+    value bytea NOT NULL
+);
+"""
+
 MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
     (1, "the registry, the event log, deliveries, statistics, replays and schemas", _V1),
     (2, "broadcasters and their leases, for several broadcasters on one database", _V2),
+    (3, "the secret broadcasters sign the publishes they forward to each other with", _V3),
 )
 """(version, what it does, SQL), in order."""
 
