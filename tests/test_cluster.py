@@ -25,6 +25,7 @@ from .test_console_feeds import events
 pytestmark = pytest.mark.e2e
 
 NS = "com.example.cluster"
+STOP = "tidings:command:subscription:stop"
 FAST = {"workers": "1", "heartbeat_s": "0.25", "lease_s": "1.5", "retry_initial_s": "0.05", "retry_max_s": "0.3"}
 
 
@@ -188,7 +189,28 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
             await pub.publish_many(NS, range(5))
         after = await counted()
         assert {k: after[k] - before[k] for k in after} == {k: 5 * (k == owner) for k in after}
-    await eventually(lambda: all(len(rec.got[i]) >= 35 for i in sub_ids), timeout=20)
+
+        # A publisher that does not follow owners: the broadcaster it reaches forwards the
+        # events to the owner (icrc72_publish_relay), which stores and counts them.
+        async with Publisher(given.url, given.admin_token) as pub:
+            assert await pub.publish_many(NS, range(5)) == list(range(36, 41))
+        again = await counted()
+        assert {k: again[k] - after[k] for k in after} == {k: 5 * (k == owner) for k in after}
+    await relay_is_for_peers_only(given)  # it publishes event 41
+    await eventually(lambda: all(len(rec.got[i]) >= 41 for i in sub_ids), timeout=20)
+
+    # The publications listed are the users' (not the control plane's), and a
+    # publication's events count as sent once every subscription has them, wherever it
+    # is delivered (the others' stored cursors).
+    async with Admin(servers[2].url, servers[2].admin_token) as admin:
+
+        async def all_sent() -> bool:
+            pubs = {p.namespace: dict(p.stats) for p in await admin.get_publications()}
+            assert list(pubs) == [NS]
+            got = {k: v["Nat"] for k, v in pubs[NS].items() if k.startswith("icrc72:publication:stats:events")}
+            return got == {"icrc72:publication:stats:events": 41, "icrc72:publication:stats:events:sent": 41}
+
+        await eventually(all_sent, timeout=20)
 
     # A change made through one broadcaster holds on the one delivering: a subscription
     # stopped through another gets nothing more.
@@ -200,11 +222,27 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
             headers={"authorization": f"Bearer {other.admin_token}"},
         ) as r:
             assert await r.json() == [{"Ok": True}]
-    await asyncio.sleep(0.5)
+    # The stop also travelled as a command on the log: to the namespace of the
+    # broadcaster delivering it, from the one it was made through.
+    made_through, deliverer = f"b{servers.index(other)}", by[target]
+
+    async def stop_command() -> bool:
+        got = await control_events(servers[int(deliverer[1:])], f"icrc72:broadcaster:sys:{deliverer}")
+        return any(
+            e["source"] == made_through and [NS, "admin", target] in e["data"].get(STOP, []) for e in got
+        )
+
+    await eventually(stop_command, timeout=10)
     async with Publisher(servers[0].url, servers[0].admin_token) as pub:
         await pub.publish(NS, 99)
-    await eventually(lambda: all(len(rec.got[i]) >= 36 for i in sub_ids if i != target), timeout=20)
-    assert len(rec.got[target]) == 35
+    await eventually(lambda: all(len(rec.got[i]) >= 42 for i in sub_ids if i != target), timeout=20)
+    assert len(rec.got[target]) == 41
+    # Asked through a broadcaster that does not deliver it, the stopped subscription
+    # still holds the publication's sent count back, as it would where it is delivered.
+    async with Admin(other.url, other.admin_token) as admin:
+        (pub_info,) = await admin.get_publications()
+        got = {k: v["Nat"] for k, v in pub_info.stats if k.startswith("icrc72:publication:stats:events")}
+        assert got == {"icrc72:publication:stats:events": 42, "icrc72:publication:stats:events:sent": 41}
 
     # A publication registered through one broadcaster takes events through another at
     # once, from callers publishing at the same moment.
@@ -219,7 +257,7 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
     dead.kill()
     given = next(s for s in servers if s is not dead)
     async with Publisher(given.url, given.admin_token, follow_owners=True) as pub:
-        assert await pub.publish(NS, 7) == 37
+        assert await pub.publish(NS, 7) == 43
 
 
 async def test_a_killed_broadcaster_s_subscriptions_move_and_nothing_acknowledged_is_lost(
@@ -290,6 +328,45 @@ async def test_a_killed_broadcaster_s_subscriptions_move_and_nothing_acknowledge
     for i in sub_ids:
         firsts = list(dict.fromkeys(rec.got[i]))
         assert firsts == sorted(firsts), f"subscription {i} saw events out of order"
+
+
+async def relay_is_for_peers_only(server: ServerProcess) -> None:
+    """``icrc72_publish_relay`` stores events as their publisher only when signed with the
+    secret the broadcasters share: not unsigned, not with a forged or stale signature,
+    not with a body other than the one signed."""
+    import asyncpg
+    import msgspec
+
+    from tidings.broker.forwarding import RELAY_HEADER, RelayBatch, Relayed, sign
+    from tidings.core.ingest import PublishBatch, prepare
+    from tidings.core.wire import Event
+
+    database, schema = server.env["TIDINGS_STORE"].split("?search_path=")
+    conn = await asyncpg.connect(database)
+    try:
+        secret = bytes(await conn.fetchval(f"SELECT value FROM {schema}.cluster_secrets WHERE name = 'peer'"))
+    finally:
+        await conn.close()
+    now = time.time_ns()
+    rows, _ = prepare([Event(namespace=NS, data={"Nat": 5})], now)
+    body = msgspec.msgpack.encode(RelayBatch("admin", PublishBatch(1, now, rows, [])))
+    ms = now // 1_000_000
+    url = f"{server.url}/v1/icrc72_publish_relay"
+    async with aiohttp.ClientSession() as http:
+        for headers, data in (
+            ({}, body),
+            ({RELAY_HEADER: sign(b"guessed", body, ms)}, body),
+            ({RELAY_HEADER: sign(secret, body, ms - 120_000)}, body),  # captured two minutes ago
+            ({RELAY_HEADER: sign(secret, body, ms)}, body.replace(b"admin", b"alice")),
+            ({RELAY_HEADER: "t=1,v1=" + "0" * 64}, body),
+        ):
+            async with http.post(url, data=data, headers=headers) as r:
+                assert r.status == 403, (headers, await r.text())
+                assert (await r.json())["error"]["code"] == "forbidden"
+        async with http.post(url, data=body, headers={RELAY_HEADER: sign(secret, body, ms)}) as r:
+            assert r.status == 200
+            (item,) = msgspec.msgpack.decode(await r.read(), type=Relayed).results
+            assert item is not None and item.Ok
 
 
 async def owner_of(admin: Admin, namespace: str) -> str:

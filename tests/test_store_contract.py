@@ -149,6 +149,15 @@ async def test_publishers(store: Store) -> None:
     assert await store.list_publishers("none") == []
 
 
+async def test_a_publication_is_created_with_its_first_publisher(store: Store) -> None:
+    assert await store.create_publication(PublicationRecord(namespace="p.ns", owner="alice"), publisher="alice")
+    assert await store.list_publishers("p.ns") == [("p.ns", "alice")]
+    # Registered already: neither the publication nor the publisher is written.
+    assert not await store.create_publication(PublicationRecord(namespace="p.ns", owner="bob"), publisher="bob")
+    assert await store.list_publishers("p.ns") == [("p.ns", "alice")]
+    assert [p.owner for p in await store.list_publications()] == ["alice"]
+
+
 async def test_records_are_copies(store: Store) -> None:
     config: list = [["x", {"Nat": 1}]]
     await store.create_publication(PublicationRecord(namespace="a", owner="o", config=config))

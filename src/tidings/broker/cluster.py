@@ -77,7 +77,7 @@ class Cluster:
         self._valid_until = 0.0
         self._catch_up = asyncio.Event()
         self._reload = asyncio.Event()
-        self._adopt = asyncio.Event()
+        self._adopt = membership.reassess
         self._secrets: set[int] = set()
         self._stop_listening: Callable[[], Awaitable[None]] | None = None
 
@@ -114,6 +114,8 @@ class Cluster:
                     events = await self._store.read_after(self._tail.head, None, _READ)
                     if events:
                         self._on_events(events)
+                        if [i for i in self._control.items_named(events) if self._sync.changed(i)]:
+                            self._reload.set()
                     if len(events) < _READ:
                         break
             except StoreError as e:
@@ -127,6 +129,7 @@ class Cluster:
             self._reload.clear()
             await asyncio.sleep(0.02)  # a burst of changes: one reload
             self._reload.clear()
+            known = set(self._sync.subscription_ids())
             try:
                 if self._full or self._monotonic() - last_full >= _FULL_RELOAD_S:
                     self._full = False
@@ -137,6 +140,8 @@ class Cluster:
                 secrets, self._secrets = self._secrets, set()
                 for sub_id in secrets & self.membership.held:
                     await self._signing.reload(sub_id)
+                if set(self._sync.subscription_ids()) - known:
+                    self._adopt.set()  # new subscriptions: take this one's share now
             except StoreError as e:
                 log.warning("reloading the registry failed: %s", e)
 
@@ -163,6 +168,7 @@ class Cluster:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._follow_log(), name="tidings-cluster-log")
                 tg.create_task(self._follow_registry(), name="tidings-cluster-registry")
+                tg.create_task(self._control.run(), name="tidings-cluster-commands")
                 while True:
                     if self._lost:
                         self._lost = False

@@ -196,6 +196,9 @@ class Delivery:
         scans = [w.scan for w in self._workers.values() if namespace in self.registry.namespaces_for(w.sub)]
         return min(scans) if scans else None
 
+    def delivers(self, sub_id: int) -> bool:
+        return sub_id in self._workers
+
     # -- workers ----------------------------------------------------------------------
 
     def data_of(self, e: StoredEvent) -> Any:

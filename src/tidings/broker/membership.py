@@ -8,6 +8,8 @@ and delivers every subscription: ``Membership.alone``.
 
 from __future__ import annotations
 
+import asyncio
+
 from ..core.assignment import owner, publication_key, subscription_key
 from ..core.namespaces import is_system, system_namespace
 from ..store import BroadcasterRecord
@@ -25,6 +27,9 @@ class Membership:
         """The live broadcasters at the last heartbeat, by id."""
         self.held: set[int] = set()
         """The subscriptions whose lease this broadcaster holds (``shared`` only)."""
+        self.reassess = asyncio.Event()
+        """Set when subscriptions appeared: the next heartbeat comes now rather than on
+        its timer, so a new subscription is delivered at once, not up to a beat later."""
 
     @classmethod
     def alone(cls, me: str, url: str = "") -> Membership:

@@ -22,7 +22,6 @@ from msgspec import UNSET
 from ..core import config as cfg
 from ..core import webhooks
 from ..core.namespaces import is_catch_all, is_pattern, is_system, namespace_error, pattern_error
-from ..core.replay import read_pricing
 from ..core.wire import (
     ItemResult,
     PublicationRegistration,
@@ -33,7 +32,14 @@ from ..core.wire import (
     ok,
 )
 from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
-from .registration_checks import SYSTEM_REFUSAL, check_values, endpoint_error, limit_reached
+from .registration_checks import (
+    SYSTEM_REFUSAL,
+    check_values,
+    config_problem,
+    endpoint_error,
+    limit_reached,
+    url_problem,
+)
 from .registry import Registry, read_sub_config
 from .registry_queries import RegistryQueries
 
@@ -58,7 +64,13 @@ class RegistryListener(Protocol):
     def subscription_removed(self, sub_id: int) -> None: ...
 
     def sent_position(self, namespace: str) -> int | None:
-        """The seq up to which every subscription of ``namespace`` has been sent its events."""
+        """The seq up to which every subscription of ``namespace`` delivered here has been
+        sent its events."""
+        ...
+
+    def delivers(self, sub_id: int) -> bool:
+        """Whether subscription ``sub_id`` is delivered here (in a cluster, another
+        broadcaster may deliver it: its progress is its stored cursor)."""
         ...
 
 
@@ -75,8 +87,12 @@ class Orchestrator(RegistryQueries):
         on_subscription_created: Callable[[SubscriptionRecord, str | None], Awaitable[None]] | None = None,
         max_publications: int = 1_000, max_subscriptions: int = 10_000,
         look_up: Callable[[Sequence[str], str | None], Awaitable[None]] | None = None,
+        on_publication_changed: Callable[[str, str, str], None] = lambda action, namespace, principal: None,
     ) -> None:
         self._store = store
+        self._changed = on_publication_changed
+        """Told ``(action, namespace, principal)`` of each publication change made here
+        (``control_log.Commands``)."""
         self._look_up = look_up
         """Reads publications this process does not know yet from the store (registered
         through another broadcaster a moment ago: ``registry_sync``)."""
@@ -206,7 +222,7 @@ class Orchestrator(RegistryQueries):
                 rec = PublicationRecord(
                     namespace=reg.namespace, owner=caller.name, config=config, created_at=time.time_ns()
                 )
-                if await self._store.create_publication(rec):
+                if await self._store.create_publication(rec, publisher=caller.name):
                     self.registry.set_publication(rec)
                     self._owned[caller.name] += 1
                     created = True
@@ -225,8 +241,9 @@ class Orchestrator(RegistryQueries):
                     "Unauthorized", f"{caller.name} may not publish to {reg.namespace!r}: refused by its {refused_by}"
                 ))
                 continue
-            if await self._store.add_publisher(reg.namespace, caller.name):
+            if created or await self._store.add_publisher(reg.namespace, caller.name):
                 self.publishers[reg.namespace].add(caller.name)
+                self._changed("publication:add" if created else "publisher:add", reg.namespace, caller.name)
             out.append(ok(reg.namespace))
         return out
 
@@ -259,32 +276,19 @@ class Orchestrator(RegistryQueries):
             await self._store.update_publication(rec)
             await self._keep_config_before(pub.namespace)
             self.registry.set_publication(rec)
+            self._changed("publication:update", rec.namespace, caller.name)
             out.append(ok(True))
         return out
 
     async def _authorization_url_problem(self, config: list[Any]) -> str | None:
-        url = cfg.PublicationConfig.read(config).authorization_url
-        if url is None or self._url_problem is None or not url.startswith(("http://", "https://")):
-            return None
-        return await self._url_problem(url, "authorization URL")
+        return await url_problem(self._url_problem, cfg.PublicationConfig.read(config).authorization_url,
+                                 "authorization URL")
 
     async def _endpoint_problem(self, endpoint: str | None) -> str | None:
-        if endpoint is None or self._url_problem is None or not endpoint.startswith(("http://", "https://")):
-            return None
-        return await self._url_problem(endpoint, "endpoint")
+        return await url_problem(self._url_problem, endpoint, "endpoint")
 
     def _config_problem(self, config: list[Any], binds: bool = True) -> str | None:
-        """Why ``config`` is refused; the bound schema is judged when ``binds``."""
-        try:
-            conf = cfg.PublicationConfig.read(config)
-            read_pricing(config)  # icrc77:pricing (docs/replay.md)
-        except cfg.ImproperConfig as e:
-            return str(e)
-        if binds and conf.schema is not None and self.schema_problem is not None:
-            problem = self.schema_problem(conf.schema)
-            if problem:
-                return f"{cfg.SCHEMA}: {problem}"
-        return None
+        return config_problem(config, self.schema_problem if binds else None)
 
     async def delete_publications(self, caller: PrincipalRecord, namespaces: Sequence[str]) -> list[ItemResult]:
         await self.known(namespaces)
@@ -301,6 +305,7 @@ class Orchestrator(RegistryQueries):
                 self._forget_subscription(sub_id)
             self.registry.drop_publication(ns)
             self._owned[pub.owner] -= 1
+            self._changed("publication:remove", ns, caller.name)
             out.append(ok(True))
         return out
 
@@ -471,9 +476,9 @@ class Orchestrator(RegistryQueries):
         self._forget_subscription(sub_id)
 
     def _forget_subscription(self, sub_id: int) -> None:
+        if self.listener is not None:  # told first: it may look up what the subscription was
+            self.listener.subscription_removed(sub_id)
         gone = self.subscriptions.pop(sub_id, None)
         if gone is not None:
             self._subscribed[gone.subscriber] -= 1
         self.sub_configs.pop(sub_id, None)
-        if self.listener is not None:
-            self.listener.subscription_removed(sub_id)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import config as cfg
-from ..core.namespaces import is_pattern
+from ..core.namespaces import is_pattern, is_system
 from ..core.wire import (
     InfoQuery,
     PublicationInfo,
@@ -51,8 +51,13 @@ class RegistryQueries:
     schema_problem: Callable[[int | str], str | None] | None
 
     async def get_publications(self, q: InfoQuery) -> list[PublicationInfo]:
-        names = sorted(ns for ns in self.registry.publications if q.prev is None or ns > q.prev)[: take_of(q.take)]
+        # The control plane's publications are the service's own: an operator reads them
+        # by name (docs/scaling.md), and they are never listed among the users' ones.
+        names = sorted(
+            ns for ns in self.registry.publications if (q.prev is None or ns > q.prev) and not is_system(ns)
+        )[: take_of(q.take)]
         out = []
+        away: dict[int, int] | None = None  # cursors of subscriptions delivered elsewhere
         for ns in names:
             stats = {"icrc72:publication:stats:publishers": len(self.registry.publishers.get(ns, ())),
                      "icrc72:publication:stats:events": 0,
@@ -61,6 +66,17 @@ class RegistryQueries:
                      "icrc72:publication:stats:confirmations": 0}
             stats.update(await self._store.stats("publication", ns))
             upto = self.listener.sent_position(ns) if self.listener is not None else None
+            elsewhere = [
+                s.id for s in self.registry.subscriptions.values()
+                if self.listener is not None and not self.listener.delivers(s.id)
+                and ns in self.registry.namespaces_for(s)
+            ]
+            if elsewhere:
+                if away is None:
+                    away = {s.id: s.cursor for s in await self._store.list_subscriptions()}
+                cursors = [away[i] for i in elsewhere if i in away]
+                if cursors:
+                    upto = min(cursors) if upto is None else min(upto, *cursors)
             stats["icrc72:publication:stats:events:sent"] = await self._store.count_events(ns, upto)
             entries = stats_map(stats, q.statsFilter)
             entries.extend(stats_map(self._schema_status(ns), q.statsFilter))

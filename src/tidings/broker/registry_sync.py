@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from ..store import Store, SubscriptionRecord
-from .orchestrator import Orchestrator
+from .orchestrator import Orchestrator, RegistryListener
 from .registry import read_sub_config
 
 __all__ = ["RegistrySync"]
@@ -25,8 +25,10 @@ _MAX_ASKED = 16
 
 
 class RegistrySync:
-    def __init__(self, store: Store, orchestrator: Orchestrator) -> None:
+    def __init__(self, store: Store, orchestrator: Orchestrator, listener: RegistryListener) -> None:
         self._orch = orchestrator
+        self._listener = listener
+        """Delivery itself: a change read here was made elsewhere, and sent from there."""
         self._store = store
         self._subs: set[int] = set()
         self._pubs: set[str] = set()
@@ -121,24 +123,21 @@ class RegistrySync:
 
     async def _reload_subscription(self, sub_id: int) -> None:
         reg = self._orch.registry
-        listener = self._orch.listener
+        listener = self._listener
         sub = await self.fresh(sub_id)
         old = reg.subscriptions.get(sub_id)
         if sub is None:
             if old is not None:
                 reg.subscriptions.pop(sub_id, None)
                 reg.sub_configs.pop(sub_id, None)
-                if listener is not None:
-                    listener.subscription_removed(sub_id)
+                listener.subscription_removed(sub_id)
         elif old is None:
             reg.subscriptions[sub_id] = sub
             reg.sub_configs[sub_id] = read_sub_config(sub.config)
-            if listener is not None:
-                listener.subscription_added(sub)
+            listener.subscription_added(sub)
         elif (old.endpoint, old.mode, old.config) != (sub.endpoint, sub.mode, sub.config):
             was_stopped = reg.sub_configs[sub_id].stopped
             reg.subscriptions[sub_id] = sub
             conf = reg.sub_configs[sub_id] = read_sub_config(sub.config)
-            if listener is not None:
-                listener.subscription_changed(sub, started=was_stopped and not conf.stopped)
+            listener.subscription_changed(sub, started=was_stopped and not conf.stopped)
         self._orch.recount()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Sequence
@@ -29,9 +30,10 @@ from .authorization import Authorizer
 from .broadcaster import Broadcaster
 from .broadcaster_queries import BroadcasterQueries
 from .cluster import Cluster
-from .control_log import ControlLog
+from .control_log import Commands, ControlLog
 from .dead_letters import DeadLetters
 from .delivery import Delivery
+from .forwarding import Forwarding
 from .membership import Membership
 from .metrics import Metrics
 from .orchestrator import Orchestrator
@@ -75,16 +77,22 @@ class Broker:
             store, self.tail, settings, self.registry, on_gone=self._subscription_gone, metrics=self.metrics,
             outbound=self.outbound, signer=self.signing.sign, owns=owns,
         )
+        # With others, each change made here is also sent to them as a command on the log.
+        control = ControlLog(store, self.registry, self.membership, on_appended=self._appended) if shared else None
+        commands = Commands(self.delivery, control) if control is not None else None
         self.orchestrator = Orchestrator(
             store, self.registry, broadcaster_id=settings.broadcaster_id,
             url_problem=self.outbound.registration_problem,
-            listener=self.delivery, authorizer=self.authorizer, schema_problem=self._schema_problem,
+            listener=commands or self.delivery, authorizer=self.authorizer, schema_problem=self._schema_problem,
             on_subscription_created=self.signing.subscription_created,
             max_publications=settings.max_publications_per_principal,
             max_subscriptions=settings.max_subscriptions_per_principal,
             look_up=self._look_up if shared else None,
+            **({"on_publication_changed": commands.publication_changed} if commands is not None else {}),
         )
         self.dead_letters = DeadLetters(store, self.orchestrator, self.delivery)
+        # Alone, a broadcaster owns every publication and has nobody to forward to.
+        self.forwarding = Forwarding(self.membership, timeout_s=settings.forward_timeout_s) if shared else None
         self.broadcaster = Broadcaster(
             store,
             self.orchestrator,
@@ -93,6 +101,7 @@ class Broker:
             max_pending_events=settings.max_pending_events,
             on_appended=self._appended,
             schemas=self.binder,
+            forwarding=self.forwarding,
         )
         self.retention = Retention(store, self.schemas, self.binder, self.orchestrator)
         self._runner: asyncio.Task[None] | None = None
@@ -101,12 +110,11 @@ class Broker:
         self._replay_task: asyncio.Task[None] | None = None
         self.broadcasters = BroadcasterQueries(store, self.orchestrator, self.membership)
         self.cluster: Cluster | None = None
-        self._sync = RegistrySync(store, self.orchestrator)
-        if isinstance(store, ClusterStore):
+        self._sync = RegistrySync(store, self.orchestrator, self.delivery)
+        if isinstance(store, ClusterStore) and control is not None:
             self.cluster = Cluster(
                 store, self.membership, self.delivery, self.replays, self.signing,  # type: ignore[arg-type]
-                self._sync, self.tail,
-                ControlLog(store, self.registry, settings.broadcaster_id, on_appended=self._appended),
+                self._sync, self.tail, control,
                 on_events=self._appended_elsewhere,
                 heartbeat_s=settings.heartbeat_s, lease_s=settings.lease_s,
             )
@@ -141,6 +149,9 @@ class Broker:
                 ready.cancel()
                 self._runner.result()  # raises what stopped delivery
             self._replay_task = asyncio.create_task(self.replays.run(), name="tidings-replays")
+            if self.forwarding is not None:
+                assert isinstance(self.store, ClusterStore)
+                await self.forwarding.start(await self.store.peer_secret(secrets.token_bytes(32)))
             if self.cluster is not None:
                 await self.cluster.beat()  # take this broadcaster's share before serving
                 self._cluster_task = asyncio.create_task(self.cluster.run(), name="tidings-cluster")
@@ -149,6 +160,8 @@ class Broker:
                     self.retention.run(self.settings.retention_interval_s), name="tidings-retention"
                 )
         except BaseException:
+            if self.forwarding is not None:
+                await self.forwarding.close()
             await self.store.close()
             await self.outbound.__aexit__(None, None, None)
             raise
@@ -166,6 +179,8 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
             self._runner = None
+        if self.forwarding is not None:
+            await self.forwarding.close()
         await self.store.close()
         await self.outbound.__aexit__(None, None, None)
 

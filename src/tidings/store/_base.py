@@ -91,8 +91,10 @@ class RegistryStore(ABC):
     """Publications, their publishers, subscriptions and their signing secrets."""
 
     @abstractmethod
-    async def create_publication(self, record: PublicationRecord) -> bool:
-        """Store a new publication; False if its namespace is already registered."""
+    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
+        """Store a new publication, with ``publisher`` as its first publisher in the same
+        transaction (so no reader sees the one without the other); False, and nothing
+        written, if its namespace is already registered."""
 
     @abstractmethod
     async def update_publication(self, record: PublicationRecord) -> None: ...

@@ -13,11 +13,13 @@ __all__ = ["MemoryRegistryStore"]
 
 
 class MemoryRegistryStore(MemoryState, RegistryStore):
-    async def create_publication(self, record: PublicationRecord) -> bool:
+    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
         self._check()
         if record.namespace in self._publications:
             return False
         self._publications[record.namespace] = (record.owner, enc(record.config), record.created_at)
+        if publisher is not None:
+            self._publishers.add((record.namespace, publisher))
         return True
 
     async def delete_publication(self, namespace: str) -> list[int]:

@@ -15,13 +15,18 @@ _NO_LIMIT = 2**62
 
 
 class PgRegistryStore(PgAccess, RegistryStore):
-    async def create_publication(self, record: PublicationRecord) -> bool:
+    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
         async def job(c: asyncpg.Connection) -> bool:
             made = await c.fetchval(
                 "INSERT INTO publications(namespace, owner, config, created_at) VALUES ($1, $2, $3, $4) "
                 "ON CONFLICT (namespace) DO NOTHING RETURNING true",
                 record.namespace, record.owner, enc(record.config), record.created_at,
             )
+            if made and publisher is not None:
+                await c.execute(
+                    "INSERT INTO publishers(namespace, principal) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    record.namespace, publisher,
+                )
             await self._signal(c, CHANGE_REGISTRY, f"pub:{record.namespace}")
             return bool(made)
 

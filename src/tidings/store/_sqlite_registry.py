@@ -13,14 +13,20 @@ __all__ = ["SQLiteRegistryStore"]
 
 
 class SQLiteRegistryStore(SQLiteAccess, RegistryStore):
-    async def create_publication(self, record: PublicationRecord) -> bool:
+    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
         def job(c: sqlite3.Connection, w: Writer) -> bool:
             cur = c.execute(
                 "INSERT INTO publications(namespace, owner, config, created_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(namespace) DO NOTHING",
                 (record.namespace, record.owner, enc(record.config), record.created_at),
             )
-            return cur.rowcount == 1
+            made = cur.rowcount == 1
+            if made and publisher is not None:
+                c.execute(
+                    "INSERT INTO publishers(namespace, principal) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    (record.namespace, publisher),
+                )
+            return made
 
         return await self._write(job)
 
