@@ -80,7 +80,7 @@ async def test_a_full_window_stops_reading_the_socket(server_factory: Any) -> No
     its write lock), the server reads 2 publishes, then nothing more of the socket, so
     the client's sends stop completing once the socket buffers are full. Everything
     sent is stored and answered once the lock is released."""
-    server = server_factory(stream_window="2")
+    server = server_factory(stream_window="2", store="")  # the embedded store, whose lock it takes
     await registered(server, NS)
     big = {"Text": "x" * 60_000}
     async with aiohttp.ClientSession() as http, http.ws_connect(

@@ -78,7 +78,7 @@ class Broker:
             outbound=self.outbound, signer=self.signing.sign, owns=owns,
         )
         # With others, each change made here is also sent to them as a command on the log.
-        control = ControlLog(store, self.registry, self.membership, on_appended=self._appended) if shared else None
+        control = ControlLog(store, self.registry, self.membership, on_appended=self._logged) if shared else None
         commands = Commands(self.delivery, control) if control is not None else None
         self.orchestrator = Orchestrator(
             store, self.registry, broadcaster_id=settings.broadcaster_id,
@@ -209,6 +209,10 @@ class Broker:
 
     def _appended(self, events: list[StoredEvent]) -> None:
         self.metrics.events_published += len(events)
+        self._logged(events)
+
+    def _logged(self, events: list[StoredEvent]) -> None:
+        """The control plane appended ``events``: delivered like any, not counted as published."""
         self.tail.extend(events)
         self.delivery.wake(events)
         if self.cluster is not None:
