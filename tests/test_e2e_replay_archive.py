@@ -8,13 +8,14 @@ session on the first archived replay (docs/replay.md).
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 import time
 from typing import Any
 
 import pytest
 
+from tidings.pipeline._backend import hot_log
+from tidings.pipeline._hotlog import IdRange
 from tidings.pipeline.layout import Manifest
 
 from .conftest import ServerProcess
@@ -40,10 +41,13 @@ async def test_replay_spans_archive_and_hot_log_without_gap_or_duplicate(
 
     prepare(spark)
     root = server.data_dir / "archive"
-    run = archive(data_dir=server.data_dir, archive_dir=root, older_than_s=0, now_ns=cut)
+    # The server's log: its SQLite file, or its PostgreSQL store (TIDINGS_TEST_STORE=postgresql).
+    log = server.env.get("TIDINGS_STORE") or server.data_dir
+    run = archive(data_dir=log, archive_dir=root, older_than_s=0, now_ns=cut)
     assert Manifest.load(root).hwm(NS) == 150 == run.namespaces[0].to_id
-    with sqlite3.connect(server.data_dir / "tidings.db") as c:
-        hot_ids = [r[0] for r in c.execute("SELECT id FROM events WHERE namespace = ? ORDER BY id", (NS,))]
+    with hot_log(log).connect() as c:
+        bounds = c.id_bounds(NS)
+        hot_ids = [r[2] for rows in c.read_range(IdRange(NS, *bounds)) for r in rows] if bounds else []
     assert hot_ids == list(range(151, 301))  # ids up to the mark are only in the archive now
 
     rid = (await register(server, 100, 201, [["icrc72:subscription:filter", {"Text": "n != 120"}]]))["Ok"]
