@@ -175,7 +175,9 @@ class SQLiteSession(Session):
             return None
         before = self.store_bytes()
         while conn.execute("PRAGMA freelist_count").fetchone()[0] > 0:
-            conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
+            # executescript steps the pragma to its end: through execute(), which steps a
+            # statement once when it returns no rows, each call frees a single page.
+            conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES});")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return before, self.store_bytes()
 
