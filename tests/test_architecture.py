@@ -80,3 +80,44 @@ def test_every_package_imports_only_what_the_map_allows() -> None:
 def test_the_map_names_every_package() -> None:
     packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages - set(ALLOWED) == set()
+
+
+def _module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The tidings modules ``path`` imports at run time (``from .x import y`` names module
+    ``x``, or ``y`` when ``y`` is a module itself)."""
+    package = _module_of(path) if path.name == "__init__.py" else _module_of(path).rpartition(".")[0]
+    out: set[str] = set()
+    for node in _runtime_imports(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+            continue
+        if node.level:
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            name = ".".join(base + ([node.module] if node.module else []))
+        else:
+            name = node.module or ""
+        for a in node.names:
+            if f"{name}.{a.name}" in modules:
+                out.add(f"{name}.{a.name}")
+            elif name in modules:
+                out.add(name)
+    return out
+
+
+def test_no_two_modules_import_each_other() -> None:
+    paths = {_module_of(p): p for p in ROOT.rglob("*.py")}
+    imports = {m: _imported_modules(p, set(paths)) for m, p in paths.items()}
+    pairs = sorted({tuple(sorted((a, b))) for a, targets in imports.items() for b in targets
+                    if a != b and a in imports.get(b, set())})
+    assert pairs == [], pairs
+
+
+def test_every_module_stays_under_500_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) >= 500}
+    assert long == {}

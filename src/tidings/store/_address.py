@@ -1,4 +1,4 @@
-"""Which store an address names, and how to show an address without its password."""
+"""Which store an address names."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ._base import Store
+from ._redact import redact_address
 from .sqlite import SQLiteStore
 
 __all__ = ["redact_address", "store_for"]
@@ -33,11 +34,3 @@ def store_for(address: str, default_path: Path) -> Store:
         "sqlite:///path/to/file.db, or nothing (the SQLite file in the data folder)"
     )
 
-
-def redact_address(address: str) -> str:
-    """``address`` with any password left out, for logs and messages."""
-    scheme, sep, rest = address.partition("://")
-    if not sep or "@" not in rest:
-        return address
-    auth, _, host = rest.rpartition("@")
-    return f"{scheme}://{auth.split(':', 1)[0]}@{host}"

@@ -20,7 +20,6 @@ from typing import Any
 import asyncpg
 
 from ..errors import StoreError
-from ._address import redact_address
 from ._base import Store
 from ._pg_cluster import PgClusterStore
 from ._pg_deliveries import PgDeliveryStore
@@ -31,6 +30,7 @@ from ._pg_registry import PgRegistryStore
 from ._pg_replays import PgReplayStore
 from ._pg_schemas import PgSchemaStore
 from ._pg_stats import PgStatisticsStore
+from ._redact import redact_address
 
 __all__ = ["PostgresStore"]
 
