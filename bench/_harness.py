@@ -75,14 +75,23 @@ async def post(session: aiohttp.ClientSession, url: str, method: str, body: byte
 
 
 def rss_bytes(pid: int) -> int:
-    """Resident memory of a process and its children (psutil)."""
+    """Resident memory of a process and its children (psutil): the sum of their RSS, which
+    counts the pages they share (libraries, the interpreter) once per process."""
+    return sum(memory_of(pid, "rss").values())
+
+
+def memory_of(pid: int, kind: str = "rss") -> dict[int, int]:
+    """``kind`` (``rss``, or ``pss``: each shared page divided among the processes that
+    map it, so the sum is the group's real total) of a process and each of its children."""
     import psutil
 
-    p = psutil.Process(pid)
-    total = p.memory_info().rss
-    for c in p.children(recursive=True):
+    procs = [psutil.Process(pid)]
+    procs += procs[0].children(recursive=True)
+    out: dict[int, int] = {}
+    for p in procs:
         try:
-            total += c.memory_info().rss
+            info = p.memory_full_info() if kind == "pss" else p.memory_info()
+            out[p.pid] = int(getattr(info, kind))
         except psutil.Error:
             pass
-    return int(total)
+    return out

@@ -74,8 +74,19 @@ async def _steady_rss(pid: int, settle: float) -> int:
     return prev
 
 
+def _breakdown(pid: int) -> dict[str, Any]:
+    """Per process (the broker first), RSS and PSS in MB; and the PSS total, which counts a
+    page shared by the broker and its fronts once."""
+    from bench._harness import memory_of
+
+    rss, pss = memory_of(pid, "rss"), memory_of(pid, "pss")
+    return {"rss_per_process_mb": [round(v / 2**20, 1) for v in rss.values()],
+            "pss_per_process_mb": [round(v / 2**20, 1) for v in pss.values()],
+            "pss_restarted_mb": round(sum(pss.values()) / 2**20, 1)}
+
+
 async def scenario(s: Settings) -> list[Row]:
-    name, unit = "memory", "MB RSS"
+    name, unit = "memory", "MB"
 
     async def run() -> dict[str, Any]:
         import psutil  # noqa: F401  (the row says "client not installed" without it)
@@ -92,9 +103,12 @@ async def scenario(s: Settings) -> list[Row]:
                 loaded["restart_seconds"] = round(time.monotonic() - t0, 2)
                 assert srv.proc is not None
                 loaded["rss_restarted_mb"] = round(await _steady_rss(srv.proc.pid, 10) / 2**20, 1)
+                loaded.update(_breakdown(srv.proc.pid))
             return loaded
 
     row = await _guard(name, "tidings", f"{s.memory_events:,} events, {s.memory_subs:,} stopped subscriptions",
                        unit, 1200, run,
-                       lambda d: {"after restart": d["rss_restarted_mb"], "after loading": d["rss_loaded_mb"]})
+                       lambda d: {"RSS after restart": d["rss_restarted_mb"],
+                                  "RSS after loading": d["rss_loaded_mb"],
+                                  "PSS after restart": d["pss_restarted_mb"]})
     return [row]

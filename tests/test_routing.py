@@ -191,6 +191,45 @@ async def test_a_publish_never_visits_stopped_subscriptions(broker: Broker, endp
     await eventually(lambda: wakeable() == {ids[2]})
 
 
+async def test_a_stopped_subscription_holds_no_task_and_starts_where_it_should(
+    broker: Broker, endpoints: Any
+) -> None:
+    """A stopped subscription keeps its worker's state but no running task (10,000 of them:
+    ``python -m bench --only memory``). Started, it gets a task again and what is published
+    from then on, not what came while it was stopped; deleted while stopped, it is gone."""
+    rec = Recorder()
+    ep = await endpoints(rec)
+    orch = broker.orchestrator
+    await orch.register_publications(ADMIN, [PublicationRegistration(namespace="d.x")])
+    regs = [SubscriptionRegistration(namespace="d.x", endpoint=f"{ep.url}s{i}", stopped=i > 0) for i in range(20)]
+    ids = [int(r.Ok) for r in await orch.register_subscriptions(ADMIN, regs)]
+
+    def running() -> set[int]:
+        return set(broker.delivery._tasks) & set(ids)
+
+    await eventually(lambda: running() == {ids[0]})
+    assert set(ids) <= set(broker.delivery._workers)
+    await broker.broadcaster.publish(ADMIN, [_event("d.x", 1)])
+    await eventually(lambda: rec.got.get("/s0") == [("d.x", 1)])
+
+    await orch.set_stopped(ADMIN, ids[1:2], False)
+    assert ids[1] in running()
+    await broker.broadcaster.publish(ADMIN, [_event("d.x", 2)])
+    await eventually(lambda: rec.got.get("/s1") == [("d.x", 2)])
+
+    await orch.set_stopped(ADMIN, ids[1:2], True)
+    await eventually(lambda: ids[1] not in running())
+    await broker.broadcaster.publish(ADMIN, [_event("d.x", 3)])  # while stopped: not sent
+    await orch.set_stopped(ADMIN, ids[1:2], False)
+    await broker.broadcaster.publish(ADMIN, [_event("d.x", 4)])
+    await eventually(lambda: rec.got.get("/s1") == [("d.x", 2), ("d.x", 4)])
+    await eventually(lambda: rec.got.get("/s0") == [("d.x", 1), ("d.x", 2), ("d.x", 3), ("d.x", 4)])
+    assert all(f"/s{i}" not in rec.got for i in range(2, 20))
+
+    await orch.delete_subscriptions(ADMIN, [ids[5]])
+    assert ids[5] not in broker.delivery._workers
+
+
 async def test_a_route_planned_before_a_worker_restarted_does_not_move_it_past_unread_events(
     broker: Broker, endpoints: Any
 ) -> None:

@@ -187,6 +187,12 @@ class Delivery:
                 # gets to it (it may still be pushing an earlier batch).
                 w.started = True
                 w.resume_at = self.tail.head
+            if w.dormant and (conf is None or not conf.stopped) and self.task_group is not None:
+                # Queued while stopped: all of it is pending in the store, sent from there.
+                w.routed.clear()
+                w.redriven.clear()
+                w.unconfirmed.clear()
+                self._spawn(w)
             w.wakeup.set()
 
     def subscription_removed(self, sub_id: int) -> None:
@@ -217,9 +223,14 @@ class Delivery:
         w = Worker(self, sub)
         self._workers[sub.id] = w
         self._index(w)
-        task = self.task_group.create_task(w.run(), name=f"tidings-sub-{sub.id}")
-        self._tasks[sub.id] = task
-        task.add_done_callback(functools.partial(self._forget, sub.id))
+        self._spawn(w)
+
+    def _spawn(self, w: Worker) -> None:
+        assert self.task_group is not None
+        w.dormant = False
+        task = self.task_group.create_task(w.run(), name=f"tidings-sub-{w.sub.id}")
+        self._tasks[w.sub.id] = task
+        task.add_done_callback(functools.partial(self._forget, w.sub.id))
 
     def _index(self, w: Worker) -> None:
         """Keep ``w`` among the workers a publish wakes while its subscription runs."""
@@ -246,7 +257,11 @@ class Delivery:
         group = self._by_namespace.get(namespace)
         return tuple(group.values()) if group else ()
 
-    def _forget(self, sub_id: int, _task: object = None) -> None:
+    def _forget(self, sub_id: int, task: asyncio.Task[None] | None = None) -> None:
+        w = self._workers.get(sub_id)
+        if w is not None and w.dormant and task is not None and not task.cancelled():
+            self._tasks.pop(sub_id, None)  # stopped: the worker stays, without a task
+            return
         w = self._workers.pop(sub_id, None)
         if w is not None:
             self._unindex(w)
@@ -273,12 +288,16 @@ class Delivery:
         task = self._tasks.get(sub_id)
         if task is not None:
             task.cancel()
+        elif sub_id in self._workers:  # dormant
+            self._forget(sub_id)
 
     async def stop_worker(self, sub_id: int) -> None:
         """Stop delivering ``sub_id`` here and wait until its worker has stopped (its
         lease goes to another broadcaster, which sends again what is pending)."""
         task = self._tasks.get(sub_id)
         if task is None:
+            if sub_id in self._workers:  # dormant
+                self._forget(sub_id)
             return
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

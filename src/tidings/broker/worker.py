@@ -68,6 +68,9 @@ class Worker(Redelivery):
         """Notifications opened at append (``routing``), to push next."""
         self.generation = 0
         """Counts restarts after failures (``run``)."""
+        self.dormant = False
+        """Stopped, its task ended: a stopped subscription costs no task while it waits
+        (``Delivery.subscription_changed`` starts one again)."""
 
     def confirmed(self, nid: int) -> None:
         if self.unconfirmed.pop(nid, None) is not None and self.saturated(1):
@@ -112,15 +115,23 @@ class Worker(Redelivery):
         s = self.d.settings
         registry = self.d.registry
         try:
+            await self.settled()  # started again after dormancy: what is being confirmed is not resent
             await self._resend_stored()
             while True:
+                # Cleared before looking for work, not when going idle: a wake-up that
+                # comes while this round awaits (a route, a redrive, new events) is kept,
+                # and the worker looks again instead of sleeping on work already queued.
+                self.wakeup.clear()
                 conf = registry.sub_configs.get(self.sub.id)
                 if conf is None:  # deleted
                     return
                 if conf.stopped:
+                    # Everything owed is pending in the store (``_park``): nothing to wait
+                    # for here, so end the task rather than hold one per stopped subscription.
                     self._park()
-                    await self._idle()
-                    continue
+                    self.parked = False  # the next run begins by sending the store's pending
+                    self.dormant = True
+                    return
                 if self.parked:
                     self.parked = False
                     await self.settled()  # what was confirmed meanwhile is not sent again
@@ -195,7 +206,6 @@ class Worker(Redelivery):
         if self.unconfirmed and not self._stopped():
             oldest = min(t for _, t in self.unconfirmed.values())
             timeout = max(0.0, oldest + self._ack_deadline(oneshot=True) - self.d.monotonic())
-        self.wakeup.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self.wakeup.wait()
