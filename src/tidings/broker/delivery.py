@@ -228,6 +228,7 @@ class Delivery:
     def _spawn(self, w: Worker) -> None:
         assert self.task_group is not None
         w.dormant = False
+        w.resumed.clear()
         task = self.task_group.create_task(w.run(), name=f"tidings-sub-{w.sub.id}")
         self._tasks[w.sub.id] = task
         task.add_done_callback(functools.partial(self._forget, w.sub.id))
@@ -337,8 +338,11 @@ class Delivery:
         w = self._workers.get(sub_id)
         if w is None:
             return False
+        await w.resumed.wait()  # what the worker's start resent is not pushed again
+        batch = [Note(i, e, 0, created_at) for i, e in notes if i not in w.resent]
         try:
-            await w.deliver([Note(i, e, 0, created_at) for i, e in notes])
+            if batch:
+                await w.deliver(batch)
             await w.settled()  # a replay's progress counts confirmations: store them first
         except Gone as gone:
             await self.ended(sub_id, gone)

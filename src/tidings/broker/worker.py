@@ -68,6 +68,12 @@ class Worker(Redelivery):
         """Notifications opened at append (``routing``), to push next."""
         self.generation = 0
         """Counts restarts after failures (``run``)."""
+        self.resumed = asyncio.Event()
+        """Set once this run's first resend of the store's pending notifications is done;
+        ``resent`` holds their ids. A replay's push waits for it and leaves those out:
+        a replay that records its notifications while the worker starts would otherwise
+        see them pushed twice, by the replay and by the resend."""
+        self.resent: set[int] = set()
         self.dormant = False
         """Stopped, its task ended: a stopped subscription costs no task while it waits
         (``Delivery.subscription_changed`` starts one again)."""
@@ -116,7 +122,13 @@ class Worker(Redelivery):
         registry = self.d.registry
         try:
             await self.settled()  # started again after dormancy: what is being confirmed is not resent
-            await self._resend_stored()
+            self.resumed.clear()
+            try:
+                pending = await self.d.store.pending(self.sub.id)
+                self.resent = {p.id for p in pending}
+                await self._resend(pending)
+            finally:
+                self.resumed.set()
             while True:
                 # Cleared before looking for work, not when going idle: a wake-up that
                 # comes while this round awaits (a route, a redrive, new events) is kept,
