@@ -363,6 +363,13 @@ async def relay_is_for_peers_only(server: ServerProcess) -> None:
             async with http.post(url, data=data, headers=headers) as r:
                 assert r.status == 403, (headers, await r.text())
                 assert (await r.json())["error"]["code"] == "forbidden"
+        # Signed, but not a relay: 400, whatever the body (garbage, empty, positions out of range).
+        bad_index = msgspec.structs.replace(rows[0], index=7)
+        for data in (b"\xff" * 64, b"", msgspec.msgpack.encode(["admin"]),
+                     msgspec.msgpack.encode(RelayBatch("admin", PublishBatch(1, now, [bad_index], []))),
+                     msgspec.msgpack.encode(RelayBatch("admin", PublishBatch(2**64 - 1, now, rows, [])))):
+            async with http.post(url, data=data, headers={RELAY_HEADER: sign(secret, data, ms)}) as r:
+                assert r.status == 400, (data[:40], await r.text())
         async with http.post(url, data=body, headers={RELAY_HEADER: sign(secret, body, ms)}) as r:
             assert r.status == 200
             (item,) = msgspec.msgpack.decode(await r.read(), type=Relayed).results

@@ -194,7 +194,7 @@ class Outbound:
                 async with self._session.post(
                     url, data=body, headers=headers, allow_redirects=False, timeout=timeout
                 ) as resp:
-                    data, truncated = await _read_bounded(resp, max_bytes)
+                    data, truncated = await read_bounded(resp, max_bytes)
                     if truncated:
                         resp.close()  # do not drain the rest: drop the connection
                     status = resp.status
@@ -206,7 +206,7 @@ class Outbound:
             return Answer(code)
 
 
-async def _read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
+async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -52,8 +52,9 @@ def relay_route(broker: Broker, error_response: Callable[[int, str, str], Respon
             ):
                 raise BadRequest("icrc72_publish_relay: event positions out of range", code="invalid_argument")
             warnings: list[str] = []
+            publisher = PrincipalRecord(name=relayed.source, admin=relayed.admin)
             results = await broker.broadcaster.commit(
-                PrincipalRecord(name=relayed.source), batch.n, batch.rows, {}, batch.now, warnings, relayed=True
+                publisher, batch.n, batch.rows, {}, batch.now, warnings, relayed=True
             )
         except ApiError as e:
             return error_response(e.status, e.code, e.message)

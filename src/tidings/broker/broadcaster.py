@@ -135,7 +135,7 @@ class Broadcaster:
         if not away:
             return await self._commit_here(caller, n, rows, refused, now, warnings, decoded)
         urls = list(away)
-        answers = await asyncio.gather(*(fw.send(u, caller.name, n, away[u], now) for u in urls))
+        answers = await asyncio.gather(*(fw.send(u, caller, n, away[u], now) for u in urls))
         for url, answer in zip(urls, answers, strict=True):
             if answer is None:  # the owner surely has not stored them: store them here
                 here.extend(away[url])

@@ -32,6 +32,8 @@ import msgspec
 
 from ..core.ingest import Prepared, PublishBatch
 from ..core.wire import ItemResult, err
+from ..outbound import read_bounded
+from ..store import PrincipalRecord
 from .membership import Membership
 
 __all__ = ["RELAY_HEADER", "Forwarding", "RelayBatch", "Relayed"]
@@ -50,6 +52,8 @@ class RelayBatch(msgspec.Struct, array_like=True, frozen=True):
 
     source: str
     batch: PublishBatch
+    admin: bool = False
+    """Whether the publisher is an admin: the owner applies the same rights and limits."""
 
 
 class Relayed(msgspec.Struct, frozen=True):
@@ -122,28 +126,28 @@ class Forwarding:
         return here, away
 
     async def send(
-        self, url: str, source: str, n: int, rows: list[Prepared], now: int
+        self, url: str, source: PrincipalRecord, n: int, rows: list[Prepared], now: int
     ) -> Relayed | None:
         """The owner's answer for ``rows``, an error for each when it may or may not have
         stored them, or ``None`` when it surely did not (then store them here)."""
         session = self._session
         if session is None:
             return None
-        body = _encode(RelayBatch(source, PublishBatch(n, now, rows, [])))
+        body = _encode(RelayBatch(source.name, PublishBatch(n, now, rows, []), source.admin))
         headers = {RELAY_HEADER: sign(self.secret, body, time.time_ns() // 1_000_000),
                    "content-type": "application/msgpack"}
         try:
             async with session.post(
                 url + "/v1/icrc72_publish_relay", data=body, headers=headers, allow_redirects=False
             ) as resp:
-                raw = await resp.content.read(MAX_ANSWER_BYTES)
-                if resp.status == 200:
+                raw, over = await read_bounded(resp, MAX_ANSWER_BYTES)
+                if resp.status == 200 and not over:
                     return _decode_answer(raw)
                 if 400 <= resp.status < 500:
                     # Refused as a whole (a secret not shared yet, a limit): nothing stored.
                     log.warning("broadcaster at %s refused a relay: %s %s", url, resp.status, raw[:200])
                     return None
-                why = f"answered {resp.status}"
+                why = f"answered {resp.status}" if not over else "answered more than it may"
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
             log.info("broadcaster at %s is unreachable (%s); storing its events here", url, e)
             return None

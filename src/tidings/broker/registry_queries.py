@@ -57,7 +57,10 @@ class RegistryQueries:
             ns for ns in self.registry.publications if (q.prev is None or ns > q.prev) and not is_system(ns)
         )[: take_of(q.take)]
         out = []
-        away: dict[int, int] | None = None  # cursors of subscriptions delivered elsewhere
+        listener = self.listener
+        elsewhere_subs = [s for s in self.registry.subscriptions.values()
+                          if listener is not None and not listener.delivers(s.id)]
+        away: dict[int, int] | None = None  # their stored cursors, read once if needed
         for ns in names:
             stats = {"icrc72:publication:stats:publishers": len(self.registry.publishers.get(ns, ())),
                      "icrc72:publication:stats:events": 0,
@@ -66,11 +69,7 @@ class RegistryQueries:
                      "icrc72:publication:stats:confirmations": 0}
             stats.update(await self._store.stats("publication", ns))
             upto = self.listener.sent_position(ns) if self.listener is not None else None
-            elsewhere = [
-                s.id for s in self.registry.subscriptions.values()
-                if self.listener is not None and not self.listener.delivers(s.id)
-                and ns in self.registry.namespaces_for(s)
-            ]
+            elsewhere = [s.id for s in elsewhere_subs if ns in self.registry.namespaces_for(s)]
             if elsewhere:
                 if away is None:
                     away = {s.id: s.cursor for s in await self._store.list_subscriptions()}
