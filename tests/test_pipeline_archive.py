@@ -276,8 +276,14 @@ def test_archive_parquet_is_typed_and_filters_push_down(spark: Any, tmp_path: Pa
     assert sorted(r.id for r in q.collect()) == [3, 4, 5, 6, 7]
 
 
-def test_archive_and_trim_give_disk_space_back(tmp_path: Path) -> None:
-    """The store's file (and WAL) shrink after archiving: trimmed pages go back to the filesystem."""
+@pytest.mark.parametrize("rewrite", [True, False], ids=["rewritten-whole", "page-by-page"])
+def test_archive_and_trim_give_disk_space_back(tmp_path: Path, rewrite: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's file (and WAL) shrink after archiving: trimmed pages go back to the filesystem,
+    whether the little that is left is copied into a new file or the free pages are moved."""
+    from tidings.pipeline import _sqlite
+
+    if not rewrite:
+        monkeypatch.setattr(_sqlite, "REWRITE_LIVE_MAX", 0)
     data, root = tmp_path / "var", tmp_path / "archive"
     make_store(data, {"big": 4_000, "small": 100})
     c = sqlite3.connect(data / "tidings.db", isolation_level=None)  # fatter events: many pages to trim

@@ -22,6 +22,11 @@ __all__ = ["SQLiteLog", "SQLiteSession", "db_path"]
 
 BUSY_TIMEOUT_MS: Final = 30_000
 VACUUM_PAGES: Final = 4_096
+REWRITE_LIVE_MAX: Final = 32 * 2**20
+"""Up to this much live data, a mostly free file is rewritten whole (``VACUUM``): the
+rewrite holds the write lock for as long as copying the live pages takes (under a second
+here), while moving a large free space page by page takes seconds (BENCHMARKS.md)."""
+_CACHE_KIB: Final = 65_536
 """Free pages returned to the filesystem per write transaction (16 MiB of 4 KiB pages)."""
 
 # prev_id is NULL only on a chain's first event; ADBC infers a column's type from its
@@ -56,6 +61,7 @@ class SQLiteLog(HotLog):
                 # Trimming and vacuum steps need no fsync each: a step lost to a power cut is
                 # redone by the next run, and WAL keeps the file consistent either way.
                 conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")  # the trim walks three b-trees
             yield SQLiteSession(conn, path)
         finally:
             conn.close()
@@ -174,6 +180,14 @@ class SQLiteSession(Session):
         if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
             return None
         before = self.store_bytes()
+        pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0]
+                             for p in ("page_count", "freelist_count", "page_size"))
+        live = (pages - free) * size
+        if free > pages - free and live <= REWRITE_LIVE_MAX:
+            try:
+                conn.execute("VACUUM")
+            except sqlite3.OperationalError:
+                pass  # busy past the timeout: free the pages step by step instead
         while conn.execute("PRAGMA freelist_count").fetchone()[0] > 0:
             # executescript steps the pragma to its end: through execute(), which steps a
             # statement once when it returns no rows, each call frees a single page.

@@ -15,15 +15,34 @@ Choices where the view's JSON text would leave Spark's ``parse_json`` free:
 * floats are doubles (``parse_json`` would make ``2.5`` a decimal); NaN and the
   infinities, which JSON cannot hold, are null, as in the view's text;
 * a repeated Map key keeps its last value, as the view does.
+
+:func:`encode_text` starts from the wire JSON text. Where the C module ``_variantc``
+was built (the default install compiles it; it is optional), it reads the text straight
+into the same bytes, about ten times faster; it hands anything unusual back to
+:func:`encode`, so rare inputs and errors behave as here.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import struct
+from types import ModuleType
 from typing import Any, Final
 
-__all__ = ["encode"]
+import msgspec
+
+
+def _native() -> ModuleType | None:
+    try:
+        return importlib.import_module("tidings.pipeline._variantc")
+    except ImportError:  # installed without a C compiler: the Python encoder alone
+        return None
+
+
+native: Final = _native()
+
+__all__ = ["encode", "encode_text", "native"]
 
 _INTS: Final = frozenset(
     {"Nat", "Int", "Nat8", "Nat16", "Nat32", "Nat64", "Int8", "Int16", "Int32", "Int64"}
@@ -48,6 +67,15 @@ def encode(wire: Any) -> tuple[bytes, bytes]:
     keys: dict[str, int] = {}
     value = _value(wire, keys)
     return _metadata(keys), value
+
+
+def encode_text(text: str | bytes) -> tuple[bytes, bytes]:
+    """:func:`encode` of the wire value whose JSON text is ``text``."""
+    if native is not None:
+        found = native.encode_json(text)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+    return encode(msgspec.json.decode(text))
 
 
 _PLANS: dict[tuple[str, ...], tuple[list[int], bytes, bytes]] = {}
