@@ -53,6 +53,9 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.python.filterPushdown.enabled": "true",
         "spark.ui.showConsoleProgress": "false",
+        # No web UI unless asked for (TIDINGS_SPARK_UI=true, or conf): it listens on every
+        # interface, without authentication, and takes time to start.
+        "spark.ui.enabled": "true" if os.environ.get("TIDINGS_SPARK_UI", "").lower() == "true" else "false",
         **(conf or {}),
     }
     builder: Any = SparkSession.builder.appName(app_name)
@@ -67,6 +70,9 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
         # environment) must import tidings: run them with this interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         settings.setdefault("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        if (master or "local").startswith("local"):
+            # Workers forked with PySpark and the source loaded (tidings.pipeline._daemon).
+            settings.setdefault("spark.python.daemon.module", "tidings.pipeline._daemon")
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
