@@ -92,6 +92,28 @@ def register(spark: Any) -> None:
     spark.dataSource.register(TidingsDataSource)
 
 
+def load(spark: Any, path: str, options: dict[str, str] | None = None, schema: StructType | None = None) -> Any:
+    """``spark.read.format("tidings")...load(path)``, except that a read planned as a single
+    partition is done here, in the driver, and handed to Spark as Arrow.
+
+    Why: the first read through a Python data source starts Python workers (a lookup, the
+    source's creation, its planning, the reading), seconds of CPU before the first row on
+    a small machine (BENCHMARKS.md, "Pipeline"). A single partition gains nothing from
+    them. The rows are the same: the same reader reads them, with the same columns.
+    """
+    opts = {**(options or {}), "path": path}
+    source = TidingsDataSource(opts)
+    struct = schema or source.schema()
+    reader = source.reader(struct)
+    parts = reader.partitions()  # type: ignore[attr-defined]
+    if len(parts) > 1:
+        frame = spark.read.format(NAME).options(**opts)
+        return (frame if schema is None else frame.schema(schema)).load()
+    batches = [b for p in parts for b in reader.read(p)]
+    table = pa.Table.from_batches(batches, schema=to_arrow_schema(struct, timezone="UTC"))
+    return spark.createDataFrame(table, schema=struct)
+
+
 class TidingsDataSource(DataSource):
     """``spark.read.format("tidings")``: options ``path`` (data dir, db file or PostgreSQL address, or ``load(path)``),
     ``namespace``, ``fromId``, ``toId``, ``partitionSize``, ``ranges`` (JSON ``[[ns, lo, hi], ...]``).

@@ -47,7 +47,7 @@ __all__ = ["Figures", "Frames", "Point", "Row", "Stats", "frames", "parse_bucket
 Dimension = Literal["all", "publication", "publisher", "subscriber"]
 DIMENSIONS: Final[tuple[Dimension, ...]] = ("all", "publication", "publisher", "subscriber")
 QUANTILES: Final = (0.5, 0.9, 0.99)
-_EVENT_SCHEMA: Final = "namespace string, id long, timestamp long, source string"
+_EVENT_COLUMNS: Final = (("namespace", "string"), ("id", "long"), ("timestamp", "long"), ("source", "string"))
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 
 
@@ -138,10 +138,12 @@ def frames(
 
     ``data_dir``: a data dir, its ``tidings.db``, or a PostgreSQL address."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
     from ._backend import hot_log
     from ._sqlite import db_path
     from ._url import is_pg_url
+    from .source import load
 
     path = str(data_dir) if is_pg_url(data_dir) else str(db_path(data_dir))
     hot_log(path).check()  # a clear error now rather than in a Spark task
@@ -153,10 +155,11 @@ def frames(
             df = df.where(F.col(col) < until_ns)
         return df
 
-    hot = spark.read.format("tidings").schema(_EVENT_SCHEMA).option("origin", "hot").load(path)
+    columns = [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in _EVENT_COLUMNS]
+    hot = load(spark, path, {"origin": "hot"}, StructType.fromJson({"type": "struct", "fields": columns}))
     events = window(_with_archive(spark, hot, archive_dir, since_ns), "timestamp")
-    outcomes = window(spark.read.format("tidings").option("table", "deliveries").load(path), "settled_at")
-    pending = window(spark.read.format("tidings").option("table", "pending").load(path), "created_at")
+    outcomes = window(load(spark, path, {"table": "deliveries"}), "settled_at")
+    pending = window(load(spark, path, {"table": "pending"}), "created_at")
     return Frames(events.select("namespace", "source", "timestamp"), outcomes, pending)
 
 
