@@ -65,12 +65,15 @@ class ReplaySource:
         """Archived events with ``lo <= id < hi``; the replay applies its filter and skip to them, as to hot ones."""
         from ..pipeline.archive_read import read_archived
 
+        import pyarrow as pa
+
         t = read_archived(self.archive_dir, namespace, lo, hi - 1)
-        cols = [t.column(n).to_pylist() for n in ("seq", "id", "prev_id", "timestamp", "source", "headers", "data")]
+        cols = [t.column(n).to_pylist() for n in ("seq", "id", "prev_id", "timestamp", "source")]
+        # The texts as bytes straight from Arrow's buffers (a cast without a copy), not str then encode.
+        cols += [t.column(n).cast(pa.binary()).to_pylist() for n in ("headers", "data")]
         return [
             StoredEvent(
-                seq=seq, namespace=namespace, id=i, prev_id=prev, timestamp=ts, source=src,
-                headers=headers.encode(), data=data.encode(),
+                seq=seq, namespace=namespace, id=i, prev_id=prev, timestamp=ts, source=src, headers=headers, data=data,
             )
             for seq, i, prev, ts, src, headers, data in zip(*cols, strict=True)
         ]
