@@ -63,9 +63,9 @@ class ReplaySource:
 
     def _read_archive(self, namespace: str, lo: int, hi: int, filter_text: str | None) -> list[StoredEvent]:
         """Archived events with ``lo <= id < hi``; the replay applies its filter and skip to them, as to hot ones."""
-        from ..pipeline.archive_read import read_archived
-
         import pyarrow as pa
+
+        from ..pipeline.archive_read import read_archived
 
         t = read_archived(self.archive_dir, namespace, lo, hi - 1)
         cols = [t.column(n).to_pylist() for n in ("seq", "id", "prev_id", "timestamp", "source")]

@@ -58,14 +58,12 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
         "spark.ui.enabled": "true" if os.environ.get("TIDINGS_SPARK_UI", "").lower() == "true" else "false",
         **(conf or {}),
     }
-    builder: Any = SparkSession.builder.appName(app_name)
-    if master is not None and master.startswith("sc://"):
-        _require_connect(master)
-        builder = builder.remote(master)
+    remote = master is not None and master.startswith("sc://")
+    if remote:
+        _require_connect(master)  # type: ignore[arg-type]
     else:
         if not java_available():
             raise PipelineError(JAVA_HINT, code="java_missing")
-        builder = builder.master(master or "local[*]")
         # Python workers (the data source's planner among them, which reads only the
         # environment) must import tidings: run them with this interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -73,11 +71,32 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
         if (master or "local").startswith("local"):
             # Workers forked with PySpark and the source loaded (tidings.pipeline._daemon).
             settings.setdefault("spark.python.daemon.module", "tidings.pipeline._daemon")
-    for k, v in settings.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    archive = None
+    if not remote and "spark.driver.extraJavaOptions" not in settings:
+        from ._jvm_cache import driver_java_options
+
+        archive = driver_java_options()  # the JVM's classes mapped from an archive
+    spark = _start(SparkSession, app_name, master, settings, archive)
     prepare(spark)
     return spark
+
+
+def _start(session: Any, app_name: str, master: str | None, settings: dict[str, str], archive: Any) -> Any:
+    """``getOrCreate`` with the class archive's options; once more without them, and
+    without the archive, if the JVM does not start with them (a damaged archive)."""
+    builder: Any = session.builder.appName(app_name)
+    builder = builder.remote(master) if master is not None and master.startswith("sc://") else builder.master(
+        master or "local[*]"
+    )
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    if archive is None:
+        return builder.getOrCreate()
+    try:
+        return builder.config("spark.driver.extraJavaOptions", archive.options).getOrCreate()
+    except Exception:
+        archive.discard()
+        return builder.config("spark.driver.extraJavaOptions", "").getOrCreate()
 
 
 def _require_connect(master: str) -> None:
