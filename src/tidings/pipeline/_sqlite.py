@@ -95,13 +95,22 @@ class SQLiteSession(Session):
         schema = arrow_read_schema()
         adbc: Any
         try:
-            import adbc_driver_sqlite.dbapi as adbc
+            import adbc_driver_manager
+            import adbc_driver_sqlite as adbc
         except ImportError:
             adbc = None
         if adbc is not None:
-            with adbc.connect(f"file:{self.path}?mode=ro") as conn, conn.cursor() as cur:
-                cur.execute(_ARROW_SELECT, (namespace, lo, hi))
-                table = cur.fetch_arrow_table()
+            # The driver's own API rather than its DB-API module, which imports pandas: half a
+            # second in each archive worker process, a sixth of a million events' staging.
+            params = pa.record_batch([pa.array([namespace]), pa.array([lo], pa.int64()), pa.array([hi], pa.int64())],
+                                     names=["namespace", "lo", "hi"])
+            with adbc.connect(f"file:{self.path}?mode=ro") as db, adbc_driver_manager.AdbcConnection(db) as conn, \
+                    adbc_driver_manager.AdbcStatement(conn) as stmt:
+                stmt.set_sql_query(_ARROW_SELECT)
+                schema_capsule, array_capsule = params.__arrow_c_array__()
+                stmt.bind(array_capsule, schema_capsule)
+                stream, _ = stmt.execute_query()
+                table = pa.RecordBatchReader._import_from_c(stream.address).read_all()
             if table.num_rows == 0:
                 return schema.empty_table()
             table = table.cast(schema)
