@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.test_pipeline_source import T0, make_store
 from tidings.pipeline import layout
@@ -322,3 +324,18 @@ def test_compact_merges_small_files_and_recovers_a_killed_swap(tmp_path: Path) -
     assert sorted(archived(root)) == before and len(before) == 24
     assert not list(day.parent.glob("_*"))
     assert_exactly_once(data, root, stored)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(20_000, 20_004), max_size=40))
+def test_rows_split_per_day_keep_their_order(days: list[int]) -> None:
+    """The archive's files per date: every row once, under its own day, in id order,
+    whether the days come in order (slices) or not (a stable sort first)."""
+    import pyarrow as pa
+
+    from tidings.pipeline._arrow import day_parts
+
+    table = pa.table({"id": pa.array(range(len(days)), pa.int64())})
+    got = [(day, part.column("id").to_pylist()) for day, part in day_parts(table, pa.array(days, pa.int32()))]
+    assert [d for d, _ in got] == sorted(set(days))
+    assert got == [(d, [i for i, x in enumerate(days) if x == d]) for d in sorted(set(days))]

@@ -161,3 +161,4 @@ def test_native_encoder_never_takes_what_python_refuses(wire: Any, data: st.Data
     got = native.encode_json(bytes(text)) if native is not None else None
     if got is not None:
         assert got == encode(msgspec.json.decode(bytes(text)))
+

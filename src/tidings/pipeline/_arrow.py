@@ -19,6 +19,7 @@ Spark's own key, as it does for the files it writes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -153,9 +154,24 @@ def stage_chunk(location: str, namespace: str, lo: int, hi: int, staging: str, t
     table, days = archive_table(events)
     ns_dir = layout.namespace_dir(Path(staging), namespace)
     files = 0
-    for day in pc.unique(days).to_pylist():
-        part = table.filter(pc.equal(days, day))
+    for day, part in day_parts(table, days):
         date = pa.scalar(day, pa.int32()).cast(pa.date32()).as_py().isoformat()
         write_file(part, ns_dir / f"date={date}" / f"c-{tag}.parquet")
         files += 1
     return events.num_rows, files
+
+
+def day_parts(table: pa.Table, days: pa.Array) -> Iterator[tuple[int, pa.Table]]:
+    """``table``'s rows per UTC day (``days``, one per row), each day's rows in their order.
+
+    Events come in id order, which is time order as a rule, so each day is a run of rows
+    and a slice of the table (no copy); otherwise a stable sort by day makes it so."""
+    n = len(days)
+    if n > 1 and not pc.all(pc.greater_equal(days.slice(1), days.slice(0, n - 1))).as_py():
+        order = pc.sort_indices(days)  # stable: the rows of a day keep their order
+        table, days = table.take(order), days.take(order)
+    runs = pc.run_end_encode(days)
+    start = 0
+    for end, day in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
+        yield day, table.slice(start, end - start)
+        start = end
