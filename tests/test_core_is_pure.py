@@ -10,7 +10,7 @@ import tidings.core
 ALLOWED = {
     "__future__", "typing", "collections", "collections.abc", "dataclasses", "enum", "functools",
     "itertools", "math", "re", "base64", "binascii", "hashlib", "hmac", "bisect", "heapq", "decimal", "fractions",
-    "msgspec", "string", "operator", "ipaddress", "contextvars",
+    "msgspec", "string", "operator", "ipaddress", "contextvars", "urllib.parse",
 }
 
 

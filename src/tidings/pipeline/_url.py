@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+from ..core.addresses import redact_address
+
 __all__ = ["SCHEMES", "is_pg_url", "libpq_uri", "redact", "scrub"]
 
 SCHEMES: Final = ("postgresql", "postgres")
@@ -68,18 +70,8 @@ def _option_escape(value: str) -> str:
 
 
 def redact(location: str | Path) -> str:
-    """``location`` fit to print: an address without its password (in the authority or as
-    a ``password`` parameter); anything else as it is."""
-    text = str(location)
-    if not is_pg_url(text):
-        return text
-    parts = urlsplit(text)
-    netloc = parts.netloc
-    if "@" in netloc:
-        auth, _, host = netloc.rpartition("@")
-        netloc = f"{auth.split(':', 1)[0]}@{host}"
-    query = [(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, quote_via=quote, safe="*")))
+    """``location`` fit to print (:func:`tidings.core.addresses.redact_address`)."""
+    return redact_address(str(location))
 
 
 def scrub(text: str, location: str | Path) -> str:

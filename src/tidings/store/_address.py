@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.addresses import redact_address
 from ..errors import ConfigError
 from ._base import Store
-from ._redact import redact_address
 from .sqlite import SQLiteStore
 
 __all__ = ["redact_address", "store_for"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from ..core.addresses import redact_address
 from ..errors import StoreError
 from ._base import Store
 from ._pg_cluster import PgClusterStore
@@ -30,7 +31,6 @@ from ._pg_registry import PgRegistryStore
 from ._pg_replays import PgReplayStore
 from ._pg_schemas import PgSchemaStore
 from ._pg_stats import PgStatisticsStore
-from ._redact import redact_address
 
 __all__ = ["PostgresStore"]
 
