@@ -90,15 +90,11 @@ def _payload_native(texts: pa.Array) -> pa.StructArray:
     _, offsets, data = texts.buffers()
     n = len(texts)
     mo, md, vo, vd = _variant.native.encode_column(  # type: ignore[union-attr]
-        data if data is not None else b"", offsets, wide, texts.offset, n, _encode_in_python
+        data if data is not None else b"", offsets, wide, texts.offset, n, _variant.encode_text
     )
     metas = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(mo), pa.py_buffer(md)])
     values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(vo), pa.py_buffer(vd)])
     return pa.StructArray.from_arrays([metas, values], fields=list(_VARIANT))
-
-
-def _encode_in_python(text: str) -> tuple[bytes, bytes]:
-    return _variant.encode(msgspec.json.decode(text))
 
 
 def _payload_python(texts: pa.Array) -> pa.StructArray:

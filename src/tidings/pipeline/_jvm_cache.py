@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +37,10 @@ class Archive:
             self.path.unlink()
 
 
-def driver_java_options() -> Archive | None:
-    """The driver JVM's options that write or use the archive; None when off or impossible."""
+def driver_java_options(java: str) -> Archive | None:
+    """The options of a driver JVM started by ``java`` that write or use the archive;
+    None when off or impossible."""
     if os.environ.get("TIDINGS_SPARK_CDS", "1").strip() == "0":
-        return None
-    java = _java()
-    if java is None:
         return None
     try:
         import pyspark
@@ -85,10 +82,3 @@ def _promote(path: Path) -> None:
                 os.replace(candidate, path)
             else:
                 candidate.unlink()
-
-
-def _java() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
-        return os.path.join(home, "bin", "java")
-    return shutil.which("java")

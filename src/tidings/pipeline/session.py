@@ -27,11 +27,16 @@ JAVA_HINT = (
 )
 
 
-def java_available() -> bool:
+def java_path() -> str | None:
+    """The ``java`` a local session starts: ``$JAVA_HOME/bin/java``, else the one on PATH."""
     home = os.environ.get("JAVA_HOME")
     if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
-        return True
-    return shutil.which("java") is not None
+        return os.path.join(home, "bin", "java")
+    return shutil.which("java")
+
+
+def java_available() -> bool:
+    return java_path() is not None
 
 
 def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf: dict[str, str] | None = None) -> Any:
@@ -75,7 +80,8 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
     if not remote and "spark.driver.extraJavaOptions" not in settings:
         from ._jvm_cache import driver_java_options
 
-        archive = driver_java_options()  # the JVM's classes mapped from an archive
+        java = java_path()
+        archive = driver_java_options(java) if java else None  # the JVM's classes mapped from an archive
     spark = _start(SparkSession, app_name, master, settings, archive)
     prepare(spark)
     return spark
