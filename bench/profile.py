@@ -8,6 +8,7 @@
     .venv/bin/python -m bench.profile publish --workers 1  # the broker alone, no front process
     .venv/bin/python -m bench.profile replay             # hot-log replay of 200,000 events to one endpoint
     .venv/bin/python -m bench.profile split --rate 1000  # a live event's latency, stage by stage
+    .venv/bin/python -m bench.profile split --stream     # the same over /v1/stream on both sides
 
 ``publish`` and ``fanout`` print the server's CPU per event or notification (psutil), the
 share of samples per thread, and the lines with the most samples of their own. ``split``
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from bench._harness import Server
 from bench.live_plane import EVENT, paced_publishes, throughput
+from bench.stream import paced_stream_publishes
 from bench.subscriptions import fanout
 from tidings.client import EventNotification
 
@@ -171,8 +173,9 @@ def _store(what: str, data: Path) -> Iterator[None]:
     yield
 
 
-async def split(srv: Server, rate: float, seconds: float) -> None:
-    """Latency stages of single-event publishes at ``rate``/s, from the notification headers."""
+async def split(srv: Server, rate: float, seconds: float, stream: bool = False) -> None:
+    """Latency stages of single-event publishes at ``rate``/s, from the notification headers;
+    HTTP publishes to the SDK ``Subscriber``, or with ``stream`` a ``Stream`` to a ``Stream``."""
     rows: list[tuple[int, int, int, int]] = []
 
     def handle(n: EventNotification) -> None:
@@ -182,7 +185,10 @@ async def split(srv: Server, rate: float, seconds: float) -> None:
                      h["icrc72:broadcaster:sent"]["Nat"], now))
 
     # The wall clock in each body, to compare with the server's own stamps.
-    await paced_publishes(srv, rate, int(rate * seconds), handle, time.time_ns)
+    if stream:
+        await paced_stream_publishes(srv, rate, int(rate * seconds), handle, time.time_ns)
+    else:
+        await paced_publishes(srv, rate, int(rate * seconds), handle, time.time_ns)
     rows = rows[len(rows) // 10 :]  # the first tenth warms up
 
     def pct(xs: list[float]) -> str:
@@ -203,11 +209,12 @@ def main() -> None:
     ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--rate", type=float, default=1000.0, help="split: events per second")
+    ap.add_argument("--stream", action="store_true", help="split: publish and receive over /v1/stream")
     ap.add_argument("--workers", type=int, default=0, help="TIDINGS_WORKERS of the server (0: one per core)")
     a = ap.parse_args()
     if a.what == "split":
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
-            asyncio.run(split(srv, a.rate, a.seconds))
+            asyncio.run(split(srv, a.rate, a.seconds, a.stream))
     else:
         profile(a.what, a.seconds, a.gil, a.top, a.workers)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -19,6 +20,7 @@ import msgspec
 
 from bench import peers as P
 from bench._harness import Server, post
+from tidings.client import EventNotification, Publisher
 
 
 class _Results(msgspec.Struct):
@@ -168,3 +170,55 @@ async def tidings_fanout(srv: Server, event: dict[str, Any], subs: int, listener
     return {"subscribers": subs, "listeners": listeners, "events": events, "expected": expected,
             "delivered": delivered, "seconds": round(elapsed, 2),
             "notifications_per_s": round(delivered / elapsed), "events_per_s": round(events / elapsed)}
+
+
+async def tidings_latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0) -> dict[str, float]:
+    """Publish -> handler over streams (``paced_stream_publishes``); events published in
+    the first ``warmup`` seconds are not counted."""
+    from bench.live_plane import percentiles
+
+    samples: list[tuple[int, float]] = []
+
+    def handle(n: EventNotification) -> None:
+        t = n.data["Map"][0][1]["Nat"]
+        samples.append((t, (time.perf_counter_ns() - t) / 1e6))
+
+    n = int(rate * (seconds + warmup))
+    start_ns = time.perf_counter_ns() + int(warmup * 1e9)
+    await paced_stream_publishes(srv, rate, n, handle, time.perf_counter_ns)
+    return {"rate": rate, "sent": n, "warmup_s": warmup, **percentiles([ms for t, ms in samples if t >= start_ns])}
+
+
+async def paced_stream_publishes(srv: Server, rate: float, n: int, handle: Callable[[EventNotification], None],
+                                 clock: Callable[[], int]) -> None:
+    """``n`` single-event publishes at ``rate``/s on one SDK ``Stream`` (each answered once
+    durable), each carrying ``clock()`` at its call, received by another ``Stream``
+    listening to a trusted ``stream:`` subscription whose handler is ``handle``. Returns
+    once all were handled, or 10 s after the last publish was answered."""
+    from tidings.client import Stream, item_result
+
+    ns, handled = "bench.lat", 0
+
+    def count(note: EventNotification) -> None:
+        nonlocal handled
+        handle(note)
+        handled += 1
+
+    headers = {"Authorization": f"Bearer {srv.token}"}
+    async with aiohttp.ClientSession(headers=headers) as s:
+        await post(s, srv.url, "icrc72_register_publication", json.dumps([{"namespace": ns}]).encode())
+        reg = [{"namespace": ns, "endpoint": "stream:lat"}]
+        sub_id = json.loads(await post(s, srv.url, "icrc72_register_subscription", json.dumps(reg).encode()))[0]["Ok"]
+    async with Stream(srv.url, srv.token, handler=count) as listener, Stream(srv.url, srv.token) as pub:
+        await listener.listen([sub_id])
+        pending: list[asyncio.Future[Any]] = []
+        interval, t_next = 1 / rate, time.perf_counter()
+        for _ in range(n):
+            t_next += interval
+            pending.append(await pub.send(Publisher.event(ns, {"t": clock(), "name": "x" * 24})))
+            await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
+        for f in pending:
+            item_result(await f)  # raises for a refused publish
+        deadline = time.monotonic() + 10
+        while handled < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)

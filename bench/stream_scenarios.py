@@ -70,3 +70,31 @@ async def fanout(s: Settings) -> list[Row]:
     rows = [await _guard(name, "tidings", how, unit, timeout, run_tidings, fig)]
     rows.append(await fanout_peer_row(s, name, "nats", deadline, timeout))
     return mark_incomplete(rows)
+
+
+async def latency(s: Settings) -> list[Row]:
+    """Publish -> handler with persistent connections on both sides: a ``Stream`` publishes
+    one event per message at the latency rate, another ``Stream`` handles the pushes of a
+    trusted ``stream:`` subscription; JetStream beside it, as in the latency scenario."""
+    from bench import stream as st
+    from bench.payloads import LATENCY_WARMUP
+    from bench.peers_latency import LATENCY
+    from bench.suite import _lat_fig
+
+    name, unit = "stream-latency", "ms"
+    rate, timeout = s.rate or 1000.0, 2 * s.seconds + 60
+
+    async def run_tidings() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+            return await st.tidings_latency(srv, rate, s.seconds, LATENCY_WARMUP)
+
+    rows = [await _guard(name, "tidings", f"Stream publish -> Stream handler (stream: subscription) at {rate:g}/s",
+                         unit, timeout, run_tidings, _lat_fig)]
+    how, fn = LATENCY["nats"]
+
+    async def run_nats() -> dict[str, Any]:
+        return dict(await fn(rate, s.seconds, LATENCY_WARMUP))
+
+    rows.append(await _guard(name, s.peers["nats"].name, f"{how} at {rate:g}/s", unit, timeout, run_nats, _lat_fig,
+                             s.peers["nats"]))
+    return rows

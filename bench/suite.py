@@ -427,6 +427,13 @@ async def stream_fanout(s: Settings) -> list[Row]:
     return await fanout(s)
 
 
+async def stream_latency(s: Settings) -> list[Row]:
+    """Publish -> handler over streams on both sides, beside JetStream (bench/stream_scenarios.py)."""
+    from bench.stream_scenarios import latency
+
+    return await latency(s)
+
+
 async def pipeline(s: Settings) -> list[Row]:
     """The archive (hot log to typed Parquet), replay reads from the archive, and the
     statistics job over an archive (``bench/pipeline.py``, a subprocess)."""
@@ -473,6 +480,7 @@ SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "fanout": fanout,
     "stream-fanout": stream_fanout,
     "latency": latency,
+    "stream-latency": stream_latency,
     "replay": replay,
     "dedup": dedup,
     "memory": memory,
