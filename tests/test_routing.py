@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tidings.broker import Broker
@@ -254,3 +255,40 @@ async def test_a_route_planned_before_a_worker_restarted_does_not_move_it_past_u
                        generation=w.generation)
     broker.delivery.routed([current])
     assert w.scan == scan + 1_000
+
+
+async def test_a_worker_whose_own_open_is_in_the_store_is_routed_again(broker: Broker, endpoints: Any) -> None:
+    """A worker that fell behind reads the log itself; once the store has its open of
+    everything so far (committed, or in the very transaction of the next append) while it
+    waits for it, the next events are routed at append again, rather than the worker
+    staying one commit behind for as long as events keep coming. An open that is not the
+    one this worker (this generation) awaits never counts."""
+    rec = Recorder()
+    sub_id = await _one_subscription(broker, "o.x", (await endpoints(rec)).url)
+    await broker.broadcaster.publish(ADMIN, [_event("o.x", 1), _event("o.x", 2)])
+    await eventually(lambda: rec.count() == 2)
+    router = broker.delivery._router
+    assert router is not None
+    w = broker.delivery._workers[sub_id]
+    old = broker.tail.read_after(0, ["o.x"], 10) or []
+    last = old[-1]
+    new = msgspec.structs.replace(last, seq=last.seq + 1, id=last.id + 1, prev_id=last.id)
+    # The worker is behind: it has not yet taken in what it opened (its scan is older).
+    router.forget(sub_id)
+    w.scan = last.seq - 1
+
+    def routed(opened: dict[int, int]) -> bool:
+        return any(r.subscription_id == sub_id and r.events for r in router.plan([new], opened))
+
+    assert not routed({})
+    w.opening = (last.seq, w.generation)
+    assert not routed({})  # awaited, but the store does not have it yet
+    assert routed({sub_id: last.seq})
+    assert not routed({sub_id: last.seq - 1})  # an older open of the subscription
+    w.opening = (last.seq, w.generation - 1)
+    assert not routed({sub_id: last.seq})  # awaited by the worker before its restart
+    w.opening = None
+    assert not routed({sub_id: last.seq})  # left by a worker no longer waiting for it
+    w.scan = last.seq
+    assert routed({})
+

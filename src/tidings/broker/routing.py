@@ -8,9 +8,13 @@ in the same commit; the subscription's worker then only pushes them.
 
 Only a worker that is *caught up* is routed: one that has considered every earlier
 event of the namespace (its ``scan`` is at or past the namespace's last event before
-this transaction). Any other worker (behind, stopped, starting again, subscribed by a
-pattern) reads the events itself as before, so each event is opened for a subscription
-exactly once, by one path or the other:
+this transaction), or whose own ``open_notifications`` of everything up to there is
+committed, or is in this very transaction, while the worker waits for it (``opening``).
+The latter matters under load: a worker that once fell behind reads the log itself,
+and without it would stay behind, one commit later each time, for as long as events
+keep coming (BENCHMARKS.md, "Live latency"). Any other worker (behind, stopped,
+starting again, subscribed by a pattern) reads the events itself as before, so each
+event is opened for a subscription exactly once, by one path or the other:
 
 * ``plan`` and ``committed`` run on the store's writing thread. They read the
   delivery's state but change only their own (``_ns_seq``, ``_routed``), which no
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -34,6 +38,7 @@ from ..store import Route, StoredEvent
 
 if TYPE_CHECKING:
     from .delivery import Delivery
+    from .worker import Worker
 
 __all__ = ["RoutedTo", "Router"]
 
@@ -71,7 +76,7 @@ class Router:
     def forget(self, sub_id: int) -> None:
         self._routed.pop(sub_id, None)
 
-    def plan(self, events: Sequence[StoredEvent]) -> list[Route]:  # of RoutedTo
+    def plan(self, events: Sequence[StoredEvent], opened: Mapping[int, int]) -> list[Route]:  # of RoutedTo
         d = self._d
         registry = d.registry
         configs = registry.sub_configs
@@ -86,7 +91,7 @@ class Router:
                 continue
             for w in group:
                 sub = w.sub
-                if w.started or w.saturated() or max(w.scan, self._routed.get(sub.id, 0)) < before:
+                if w.started or w.saturated() or max(w.scan, self._routed.get(sub.id, 0), _opening(w, opened)) < before:
                     continue  # behind, resuming or at its cap: its worker reads the log itself
                 conf = configs.get(sub.id)
                 if conf is None or conf.stopped:
@@ -114,3 +119,13 @@ class Router:
         if routes:
             # Only this router's plans come back here: they are all RoutedTo.
             self._loop.call_soon_threadsafe(self._d.routed, [r for r in routes if isinstance(r, RoutedTo)])
+
+
+def _opening(w: Worker, opened: Mapping[int, int]) -> int:
+    """The cursor of the open ``w`` awaits, if the store has it (committed or in this
+    transaction); 0 otherwise. An open left by an earlier worker of the subscription
+    (cancelled, or before a restart) matches neither its cursor nor its generation."""
+    mine = w.opening
+    if mine is None or mine[1] != w.generation or opened.get(w.sub.id) != mine[0]:
+        return 0
+    return mine[0]

@@ -68,6 +68,9 @@ class Worker(Redelivery):
         """Notifications opened at append (``routing``), to push next."""
         self.generation = 0
         """Counts restarts after failures (``run``)."""
+        self.opening: tuple[int, int] | None = None
+        """(cursor, generation) of the ``open_notifications`` this worker awaits: once the
+        store has it, routing at append may go on from there (``routing``)."""
         self.resumed = asyncio.Event()
         """Set once this run's first resend of the store's pending notifications is done;
         ``resent`` holds their ids. A replay's push waits for it and leaves those out:
@@ -188,9 +191,13 @@ class Worker(Redelivery):
                     continue
                 # Counted as recorded now, as sent when the endpoint takes them (``_settle``,
                 # ``_mark_sent``).
-                ids = await self.d.store.open_notifications(
-                    self.sub.id, passing, last, event_stats(self.sub, passing, "recorded", prefix="tidings")
-                )
+                self.opening = (last, self.generation)
+                try:
+                    ids = await self.d.store.open_notifications(
+                        self.sub.id, passing, last, event_stats(self.sub, passing, "recorded", prefix="tidings")
+                    )
+                finally:
+                    self.opening = None
                 if not ids:  # the subscription was deleted under us
                     return
                 self.scan = max(self.scan, last)

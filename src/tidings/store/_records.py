@@ -5,7 +5,7 @@ Records handed out are fresh objects; configs travel in ICRC-16 wire form (JSON-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -109,9 +109,13 @@ class AppendRouter(Protocol):
 
     Both methods run on the store's writing thread: ``plan`` before the commit (a
     failure leaves the events unrouted, never unstored), ``committed`` right after it
-    and before any caller of ``append`` hears that its events are stored."""
+    and before any caller of ``append`` hears that its events are stored.
 
-    def plan(self, events: Sequence[StoredEvent]) -> list[Route]: ...
+    ``opened`` maps a subscription to the cursor of its last ``open_notifications``
+    that is committed or part of this same transaction: everything up to that cursor
+    is opened (or filtered out) once this transaction commits."""
+
+    def plan(self, events: Sequence[StoredEvent], opened: Mapping[int, int]) -> list[Route]: ...
 
     def committed(self, events: Sequence[StoredEvent], routes: Sequence[Route]) -> None: ...
 

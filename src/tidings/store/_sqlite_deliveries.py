@@ -22,7 +22,7 @@ from ._sqlite_db import (
     insert_notifications,
     stats_of,
 )
-from ._sqlite_writer import Writer
+from ._sqlite_writer import Writer, lazy
 
 __all__ = ["SQLiteDeliveryStore"]
 
@@ -132,10 +132,12 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
     ) -> list[int]:
         stats = list(stats)
 
+        @lazy  # lost to a power failure, the events are read and pushed again (_sqlite_writer)
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:
             cur = c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
             if cur.rowcount == 0:
                 return []
+            w.staged_opened[subscription_id] = cursor
             ids = insert_notifications(c, subscription_id, events, time.time_ns()) if events else []
             apply_stats(c, stats)
             return ids
@@ -150,6 +152,7 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
     ) -> list[int]:
         per_id, per_sent = stats or {}, sent_stats or {}
 
+        @lazy  # a confirmation lost to a power failure is a repeated push (_sqlite_writer)
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:
             record_settled(c, ids, time.time_ns())
             done, unsent = delete_notifications(c, ids)

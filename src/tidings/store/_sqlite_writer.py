@@ -5,6 +5,14 @@ it; the thread takes all queued closures at once, runs each inside its own SAVEP
 one transaction, commits with ``synchronous=FULL`` and only then resolves the callers'
 futures. Concurrent publishes therefore share one fsync (group commit) and are answered
 only when durable; a closure that fails rolls back to its savepoint and fails alone.
+
+A batch made only of jobs marked :func:`lazy` (a worker opening notifications for events
+it read from the log, settling notifications) commits with ``synchronous=NORMAL``: its
+WAL frames reach the file, so a process crash keeps them, but they are fsynced only by
+the next durable commit. What a power loss can take from such a batch is bookkeeping,
+and those events are then pushed again, as at-least-once delivery allows. An event
+pushed to a trusted subscriber so costs one fsync, not two or three (BENCHMARKS.md,
+"Live latency").
 """
 
 from __future__ import annotations
@@ -24,9 +32,19 @@ from ..errors import StoreError
 from ._records import AppendRouter, NewEvent, Route, Stat, StoredEvent
 from ._sqlite_db import EVENT_COLS, apply_stats, insert_notifications
 
-__all__ = ["Append", "Writer"]
+__all__ = ["Append", "Writer", "lazy"]
 
 log = logging.getLogger("tidings.store")
+
+
+def lazy(job: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a writer job whose loss in a power failure only repeats work (see above)."""
+    job._tidings_lazy = True  # type: ignore[attr-defined]
+    return job
+
+
+def _is_lazy(job: Any) -> bool:
+    return getattr(job, "_tidings_lazy", False)
 
 
 class Writer(threading.Thread):
@@ -54,6 +72,14 @@ class Writer(threading.Thread):
         # table on next use), ``staged_seq`` within the transaction in progress.
         self.seq: int | None = None
         self.staged_seq = 0
+        # Each subscription's cursor as its last open_notifications left it, for routing
+        # at append (``AppendRouter.plan``); ``staged_opened`` within the transaction.
+        self.opened: dict[int, int] = {}
+        self.staged_opened: dict[int, int] = {}
+        self._durable = True
+        """Whether the connection is at ``synchronous=FULL`` (else NORMAL, for lazy batches)."""
+        self.commits = {"durable": 0, "lazy": 0}
+        """Transactions committed each way, for tests and the profile."""
 
     def run(self) -> None:
         try:
@@ -95,7 +121,12 @@ class Writer(threading.Thread):
         results: list[tuple[bool, Any]] = []
         self.staged = {}
         self.staged_seq = self.seq or 0
+        self.staged_opened = {}
+        durable = not all(_is_lazy(job) for job, _, _ in batch)
         try:
+            if durable != self._durable:  # between transactions, as SQLite requires
+                conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+                self._durable = durable
             conn.execute("BEGIN IMMEDIATE")
             i = 0
             while i < len(batch):
@@ -121,8 +152,9 @@ class Writer(threading.Thread):
                 e for (job, _, _), (good, value) in zip(batch, results, strict=True)
                 if good and isinstance(job, Append) for e in value
             ] if router is not None else []
-            routes = _route(conn, router, appended) if router is not None and appended else []
+            routes = _route(conn, router, appended, self._opened_now()) if router is not None and appended else []
             conn.execute("COMMIT")
+            self.commits["durable" if durable else "lazy"] += 1
         except Exception as e:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
@@ -131,6 +163,7 @@ class Writer(threading.Thread):
             self.seq = None  # read it again from the table
         else:
             self.last_ids.update(self.staged)
+            self.opened.update(self.staged_opened)
             if self.seq is not None:
                 self.seq = self.staged_seq
             if router is not None and appended:
@@ -142,29 +175,36 @@ class Writer(threading.Thread):
         for (_job, fut, loop), (good, value) in zip(batch, results, strict=True):
             loop.call_soon_threadsafe(settle, fut, good, value)
 
+    def _opened_now(self) -> dict[int, int]:
+        if not self.staged_opened:
+            return self.opened
+        return {**self.opened, **self.staged_opened}
+
     def _run(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection, Writer], Any]) -> tuple[bool, Any]:
         """Run one job inside its own savepoint; a failure undoes only that job."""
         conn.execute("SAVEPOINT job")
-        staged_before, seq_before = dict(self.staged), self.staged_seq
+        staged_before, seq_before, opened_before = dict(self.staged), self.staged_seq, dict(self.staged_opened)
         try:
             res = fn(conn, self)
         except Exception as e:
             conn.execute("ROLLBACK TO job")
             conn.execute("RELEASE job")
-            self.staged, self.staged_seq = staged_before, seq_before
+            self.staged, self.staged_seq, self.staged_opened = staged_before, seq_before, opened_before
             return False, e
         conn.execute("RELEASE job")
         return True, res
 
 
-def _route(conn: sqlite3.Connection, router: AppendRouter, events: list[StoredEvent]) -> list[Route]:
+def _route(
+    conn: sqlite3.Connection, router: AppendRouter, events: list[StoredEvent], opened: dict[int, int]
+) -> list[Route]:
     """Open the notifications ``router`` plans for ``events``, in their transaction.
 
     A failure here must not fail the publish: the routes are undone and the
     subscriptions' workers open those notifications themselves, as without a router."""
     conn.execute("SAVEPOINT route")
     try:
-        routes = router.plan(events)
+        routes = router.plan(events, opened)
         now = time.time_ns()
         for r in routes:
             if not r.events:
