@@ -21,7 +21,7 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,18 @@ async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0,
     the time of its publish call, and the subscriber's handler (SDK ``Subscriber`` on
     uvicorn, trusted mode) records the time from that call to itself. Events published in
     the first ``warmup`` seconds are not counted."""
+
+    async def paced(n: int, handle: Callable[[EventNotification], None], clock: Callable[[], int]) -> Any:
+        return await paced_publishes(srv, rate, n, handle, clock, subscription_filter)
+
+    return await timed(paced, rate, seconds, warmup)
+
+
+async def timed(paced: Callable[[int, Callable[[EventNotification], None], Callable[[], int]], Awaitable[Any]],
+                rate: float, seconds: float, warmup: float) -> dict[str, float]:
+    """Latency percentiles of ``paced(n, handle, clock)``, which publishes ``n`` events at
+    ``rate``/s carrying ``clock()`` (``perf_counter_ns``) and calls ``handle`` on each
+    notification; events of the first ``warmup`` seconds are not counted."""
     samples: list[tuple[int, float]] = []
 
     def handle(n: EventNotification) -> None:
@@ -114,7 +126,7 @@ async def latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0,
 
     n = int(rate * (seconds + warmup))
     start_ns = time.perf_counter_ns() + int(warmup * 1e9)
-    await paced_publishes(srv, rate, n, handle, time.perf_counter_ns, subscription_filter)
+    await paced(n, handle, time.perf_counter_ns)
     lat_ms = [ms for t, ms in samples if t >= start_ns]
     return {"rate": rate, "sent": n, "warmup_s": warmup, **percentiles(lat_ms)}
 

@@ -175,18 +175,12 @@ async def tidings_fanout(srv: Server, event: dict[str, Any], subs: int, listener
 async def tidings_latency(srv: Server, rate: float, seconds: float, warmup: float = 0.0) -> dict[str, float]:
     """Publish -> handler over streams (``paced_stream_publishes``); events published in
     the first ``warmup`` seconds are not counted."""
-    from bench.live_plane import percentiles
+    from bench.live_plane import timed
 
-    samples: list[tuple[int, float]] = []
+    async def paced(n: int, handle: Callable[[EventNotification], None], clock: Callable[[], int]) -> None:
+        await paced_stream_publishes(srv, rate, n, handle, clock)
 
-    def handle(n: EventNotification) -> None:
-        t = n.data["Map"][0][1]["Nat"]
-        samples.append((t, (time.perf_counter_ns() - t) / 1e6))
-
-    n = int(rate * (seconds + warmup))
-    start_ns = time.perf_counter_ns() + int(warmup * 1e9)
-    await paced_stream_publishes(srv, rate, n, handle, time.perf_counter_ns)
-    return {"rate": rate, "sent": n, "warmup_s": warmup, **percentiles([ms for t, ms in samples if t >= start_ns])}
+    return await timed(paced, rate, seconds, warmup)
 
 
 async def paced_stream_publishes(srv: Server, rate: float, n: int, handle: Callable[[EventNotification], None],

@@ -5,14 +5,17 @@ process crash (docs/semantics.md, "Durability")."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tidings.store import NewEvent, SQLiteStore, SubscriptionRecord
+from tidings.store._sqlite_writer import Writer
 
 
 def _ev(n: int) -> NewEvent:
@@ -25,13 +28,21 @@ async def _subscribed(store: SQLiteStore) -> SubscriptionRecord:
     return await store.create_subscription(sub("a", subscriber="carol"))
 
 
-async def test_settling_commits_without_its_own_fsync_and_everything_else_with_one(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def _open(tmp_path: Path) -> AsyncIterator[tuple[SQLiteStore, SubscriptionRecord, Writer]]:
+    """A store with one subscription, and its writer."""
     store = SQLiteStore(tmp_path / "t.db")
     await store.open()
     try:
         s = await _subscribed(store)
-        w = store._writer
-        assert w is not None
+        assert store._writer is not None
+        yield store, s, store._writer
+    finally:
+        await store.close()
+
+
+async def test_settling_commits_without_its_own_fsync_and_everything_else_with_one(tmp_path: Path) -> None:
+    async with _open(tmp_path) as (store, s, w):
         before = dict(w.commits)
         events = await store.append([_ev(1), _ev(2)])
         assert w.commits == {"durable": before["durable"] + 1, "lazy": before["lazy"]}
@@ -51,8 +62,6 @@ async def test_settling_commits_without_its_own_fsync_and_everything_else_with_o
         assert await store.dead_letter([letter]) == [ids[1]]
         assert w.commits == {"durable": before["durable"] + 3, "lazy": before["lazy"] + 2}
         assert await store.pending(s.id) == []
-    finally:
-        await store.close()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
@@ -92,12 +101,7 @@ async def test_a_settlement_answered_survives_the_process_being_killed(tmp_path:
 async def test_an_open_is_remembered_only_once_committed(tmp_path: Path) -> None:
     """What routing at append is told a subscription's worker opened must be in the
     store: a job that fails takes its open back with it."""
-    store = SQLiteStore(tmp_path / "t.db")
-    await store.open()
-    try:
-        s = await _subscribed(store)
-        w = store._writer
-        assert w is not None
+    async with _open(tmp_path) as (store, s, w):
 
         def failing(c: object, writer: object) -> None:
             assert writer is w
@@ -110,5 +114,3 @@ async def test_an_open_is_remembered_only_once_committed(tmp_path: Path) -> None
         events = await store.append([_ev(1)])
         await store.open_notifications(s.id, events, events[-1].seq)
         assert w.opened[s.id] == events[-1].seq
-    finally:
-        await store.close()
