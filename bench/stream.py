@@ -204,7 +204,8 @@ async def paced_stream_publishes(srv: Server, rate: float, n: int, handle: Calla
         reg = [{"namespace": ns, "endpoint": "stream:lat"}]
         sub_id = json.loads(await post(s, srv.url, "icrc72_register_subscription", json.dumps(reg).encode()))[0]["Ok"]
     async with Stream(srv.url, srv.token, handler=count) as listener, Stream(srv.url, srv.token) as pub:
-        await listener.listen([sub_id])
+        for r in await listener.listen([sub_id]):
+            item_result(r)  # raises if the stream may not listen to it
         pending: list[asyncio.Future[Any]] = []
         interval, t_next = 1 / rate, time.perf_counter()
         for _ in range(n):

@@ -114,3 +114,15 @@ async def test_an_open_is_remembered_only_once_committed(tmp_path: Path) -> None
         events = await store.append([_ev(1)])
         await store.open_notifications(s.id, events, events[-1].seq)
         assert w.opened[s.id] == events[-1].seq
+
+
+async def test_what_the_writer_remembers_of_opens_is_bounded(tmp_path: Path) -> None:
+    """An entry per subscription ever opened would grow with churn: past a bound, the old
+    entries go (which only costs routing one event per subscription)."""
+    from tidings.store._sqlite_writer import _OPENED_MAX
+
+    async with _open(tmp_path) as (store, s, w):
+        w.opened.update({-i: i for i in range(1, _OPENED_MAX + 2)})  # deleted subscriptions' entries
+        events = await store.append([_ev(1)])
+        await store.open_notifications(s.id, events, events[-1].seq)
+        assert w.opened == {s.id: events[-1].seq}

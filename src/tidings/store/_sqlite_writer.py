@@ -35,6 +35,7 @@ from ._sqlite_db import EVENT_COLS, apply_stats, insert_notifications
 __all__ = ["Append", "Writer", "lazy"]
 
 log = logging.getLogger("tidings.store")
+_OPENED_MAX = 4096
 
 
 def lazy(job: Callable[..., Any]) -> Callable[..., Any]:
@@ -163,7 +164,13 @@ class Writer(threading.Thread):
             self.seq = None  # read it again from the table
         else:
             self.last_ids.update(self.staged)
-            self.opened.update(self.staged_opened)
+            if self.staged_opened:
+                if len(self.opened) > _OPENED_MAX:
+                    # Each entry matters only until its worker resumes (its scan then covers
+                    # it), so forgetting all at once costs at most one unrouted event per
+                    # subscription; it bounds the memory of deleted subscriptions' entries.
+                    self.opened.clear()
+                self.opened.update(self.staged_opened)
             if self.seq is not None:
                 self.seq = self.staged_seq
             if router is not None and appended:
