@@ -31,6 +31,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _PortTaken(RuntimeError):
+    pass
+
+
 @dataclass
 class ServerProcess:
     """The real ``tidings serve`` process on a free port, restartable."""
@@ -48,9 +52,24 @@ class ServerProcess:
     def admin_token(self) -> str:
         return (self.data_dir / "admin.token").read_text().strip()
 
-    def start(self) -> None:
+    def start(self, *, new_port_if_taken: bool = False) -> None:
+        """Start and wait until it answers. With ``new_port_if_taken`` (a first start), a
+        port that another process took since ``free_port`` chose it is traded for
+        another; a restart keeps its port, as the tests' clients expect."""
+        for _ in range(3 if new_port_if_taken else 1):
+            try:
+                return self._start()
+            except _PortTaken:
+                if not new_port_if_taken:
+                    raise
+                self.port = free_port()
+        raise RuntimeError("no free port after three tries")
+
+    def _start(self) -> None:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        log = open(self.data_dir / "server.log", "ab")  # closed in stop()
+        path = self.data_dir / "server.log"
+        offset = path.stat().st_size if path.exists() else 0  # a restart appends to it
+        log = open(path, "ab")  # closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tidings", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -59,10 +78,18 @@ class ServerProcess:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {(self.data_dir / 'server.log').read_text()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                if (self.data_dir / "admin.token").exists():
-                    return
+                self.proc = None
+                log.close()
+                text = path.read_bytes()[offset:].decode(errors="replace")
+                if f"could not listen on 127.0.0.1:{self.port}" in text:
+                    raise _PortTaken(text)
+                raise RuntimeError(f"server exited: {text}")
+            # Its own "listening" line, not merely an answer on the port: that could come
+            # from whatever else holds it.
+            if f"listening on http://127.0.0.1:{self.port}".encode() in path.read_bytes()[offset:]:
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+                    if (self.data_dir / "admin.token").exists():
+                        return
             time.sleep(0.05)
         raise RuntimeError("server did not start in 20 s")
 
@@ -124,7 +151,7 @@ def server_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
         if on_postgresql and "store" not in env:
             env["store"] = schema_address(request.getfixturevalue("pg_database"))
         s = ServerProcess(d, env={f"TIDINGS_{k.upper()}": v for k, v in env.items()})
-        s.start()
+        s.start(new_port_if_taken=True)
         started.append(s)
         return s
 

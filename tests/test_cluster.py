@@ -43,7 +43,7 @@ def cluster(server_factory: Callable[..., ServerProcess], pg_database: str) -> I
             env = {f"TIDINGS_{k.upper()}": v for k, v in {**FAST, "store": store, "broadcaster_id": f"b{i}"}.items()}
             s = ServerProcess(d, env=env)
             out.append(s)
-            s.start()
+            s.start(new_port_if_taken=True)
         yield out
     finally:
         for s in out[1:]:

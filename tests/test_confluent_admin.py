@@ -38,7 +38,7 @@ ADMIN_ONLY = [
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     s = ServerProcess(Path(tmp_path_factory.mktemp("confluent-admin")))
-    s.start()
+    s.start(new_port_if_taken=True)
     yield s
     s.stop()
 

@@ -34,7 +34,7 @@ USER_BAD = json.dumps({"type": "object", "properties": {"name": {"type": "intege
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     s = ServerProcess(Path(tmp_path_factory.mktemp("confluent")))
-    s.start()
+    s.start(new_port_if_taken=True)
     yield s
     s.stop()
 

@@ -25,7 +25,7 @@ def record(name: str, *fields: str) -> str:
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     s = ServerProcess(Path(tmp_path_factory.mktemp("confluent-deletes")))
-    s.start()
+    s.start(new_port_if_taken=True)
     yield s
     s.stop()
 

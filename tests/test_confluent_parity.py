@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     s = ServerProcess(Path(tmp_path_factory.mktemp("confluent-parity")))
-    s.start()
+    s.start(new_port_if_taken=True)
     yield s
     s.stop()
 

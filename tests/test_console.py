@@ -512,7 +512,7 @@ async def test_broadcasters_and_their_assignments_when_there_are_several(
     shutil.copy(first.data_dir / "admin.token", d / "admin.token")
     second = ServerProcess(d, env={f"TIDINGS_{k.upper()}": v for k, v in {**fast, "store": store,
                                                                          "broadcaster_id": "b1"}.items()})
-    second.start()
+    second.start(new_port_if_taken=True)
     try:
         await api(first, "icrc72_register_publication", [{"namespace": NS}])
         subs = [{"namespace": NS, "endpoint": f"http://127.0.0.1:9/{i}"} for i in range(20)]

@@ -51,7 +51,7 @@ def bad_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
             "TIDINGS_ACK_DEADLINE_S": "1",
         },
     )
-    s.start()
+    s.start(new_port_if_taken=True)
     yield s
     s.stop()
 

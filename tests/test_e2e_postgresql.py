@@ -65,7 +65,7 @@ async def test_two_servers_on_one_database_share_the_id_chain(
     b_dir.mkdir()
     shutil.copy(a.data_dir / "admin.token", b_dir / "admin.token")
     b = ServerProcess(b_dir, env={"TIDINGS_STORE": store})
-    b.start()
+    b.start(new_port_if_taken=True)
     try:
         async def publish(server: ServerProcess) -> list[int]:
             ids: list[int] = []

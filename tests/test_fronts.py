@@ -4,8 +4,12 @@ server of one does, whichever process a connection lands on."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -167,3 +171,22 @@ async def test_the_private_routes_are_not_reachable_from_outside(pair: tuple[Ser
         assert stats["icrc72:publication:stats:events"] == {"Nat": 0}
     assert answers[0] == answers[1]
     assert {status for status, _ in answers[1]} == {404}
+
+
+def test_a_second_server_on_a_port_in_use_refuses_to_start(server_factory: Callable[..., ServerProcess],
+                                                          tmp_path: Path) -> None:
+    """Every process of a server binds its port with SO_REUSEPORT; another server started
+    on the same port by mistake must not join them (and take part of the connections)."""
+    first = server_factory()
+    other = tmp_path / "other"
+    other.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "tidings", "serve", "--port", str(first.port), "--data-dir", str(other)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 1
+    assert f"could not listen on 127.0.0.1:{first.port}" in out.stderr
+    assert first.proc is not None and first.proc.poll() is None
+    for _ in range(10):  # every connection still reaches the first server
+        with urllib.request.urlopen(f"{first.url}/healthz", timeout=5) as r:
+            assert r.status == 200

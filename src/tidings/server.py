@@ -64,7 +64,7 @@ async def _serve(settings: Settings) -> int:
             # first connection only once the fronts listen, so that connections made
             # right after start are spread over all of them.
             try:
-                sock = listening_socket(settings.host, settings.port, listen=False)
+                sock = listening_socket(settings.host, settings.port, listen=False, first=True)
             except OSError as e:
                 print(f"tidings: could not listen on {settings.host}:{settings.port}: {e}", file=sys.stderr)
                 return 1

@@ -28,10 +28,19 @@ _ENV = "TIDINGS_FRONT_CONFIG"
 _PR_SET_PDEATHSIG = 1
 
 
-def listening_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
+def listening_socket(host: str, port: int, *, listen: bool = True, first: bool = False) -> socket.socket:
     """A TCP socket bound to ``host:port`` that other processes may bind too; with
-    ``listen`` False it holds the port but takes no connection yet."""
+    ``listen`` False it holds the port but takes no connection yet.
+
+    ``first`` (the broker's bind, before its fronts) refuses a port that anything holds
+    already, with ``OSError``: sockets of the same user that all set ``SO_REUSEPORT`` may
+    share a port, so a second ``tidings serve`` on a port in use would otherwise start
+    and take half of the first one's connections."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if first and port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+            probe.bind((host, port))
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
