@@ -82,18 +82,17 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
 
         java = java_path()
         archive = driver_java_options(java) if java else None  # the JVM's classes mapped from an archive
-    spark = _start(SparkSession, app_name, master, settings, archive)
+    spark = _start(SparkSession, app_name, master if remote else master or "local[*]", remote, settings, archive)
     prepare(spark)
     return spark
 
 
-def _start(session: Any, app_name: str, master: str | None, settings: dict[str, str], archive: Any) -> Any:
+def _start(session: Any, app_name: str, master: str | None, remote: bool, settings: dict[str, str],
+           archive: Any) -> Any:
     """``getOrCreate`` with the class archive's options; once more without them, and
     without the archive, if the JVM does not start with them (a damaged archive)."""
     builder: Any = session.builder.appName(app_name)
-    builder = builder.remote(master) if master is not None and master.startswith("sc://") else builder.master(
-        master or "local[*]"
-    )
+    builder = builder.remote(master) if remote else builder.master(master)
     for k, v in settings.items():
         builder = builder.config(k, v)
     if archive is None:

@@ -102,9 +102,6 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
         todo = list(dict.fromkeys(ids))
 
         async def job(c: asyncpg.Connection) -> list[int]:
-            # Not flushed on its own: a confirmation lost to a server crash is a repeated
-            # push, as at-least-once allows (docs/semantics.md, "Durability").
-            await c.execute("SET LOCAL synchronous_commit TO OFF")
             await c.execute(_SETTLED, todo, time.time_ns())
             gone = {r[0]: r[1] for r in await c.fetch(
                 "DELETE FROM notifications WHERE id = ANY($1::bigint[]) RETURNING id, sent", todo
