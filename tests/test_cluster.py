@@ -29,25 +29,34 @@ STOP = "tidings:command:subscription:stop"
 FAST = {"workers": "1", "heartbeat_s": "0.25", "lease_s": "1.5", "retry_initial_s": "0.05", "retry_max_s": "0.3"}
 
 
-@pytest.fixture
-def cluster(server_factory: Callable[..., ServerProcess], pg_database: str) -> Iterator[list[ServerProcess]]:
-    """Three broadcasters on one database; the first makes the admin, the others share its token."""
+@contextlib.contextmanager
+def nodes(
+    server_factory: Callable[..., ServerProcess], pg_database: str, n: int = 3, **settings: str
+) -> Iterator[list[ServerProcess]]:
+    """``n`` broadcasters on one database; the first makes the admin, the others share its token."""
     store = schema_address(pg_database)
-    first = server_factory(store=store, broadcaster_id="b0", **FAST)
+    first = server_factory(store=store, broadcaster_id="b0", **FAST, **settings)
     out = [first]
     try:
-        for i in range(1, 3):
+        for i in range(1, n):
             d = first.data_dir.parent / f"b{i}"
             d.mkdir()
             shutil.copy(first.data_dir / "admin.token", d / "admin.token")
-            env = {f"TIDINGS_{k.upper()}": v for k, v in {**FAST, "store": store, "broadcaster_id": f"b{i}"}.items()}
-            s = ServerProcess(d, env=env)
+            named = {**FAST, **settings, "store": store, "broadcaster_id": f"b{i}"}
+            s = ServerProcess(d, env={f"TIDINGS_{k.upper()}": v for k, v in named.items()})
             out.append(s)
             s.start(new_port_if_taken=True)
         yield out
     finally:
         for s in out[1:]:
             s.stop()
+
+
+@pytest.fixture
+def cluster(server_factory: Callable[..., ServerProcess], pg_database: str) -> Iterator[list[ServerProcess]]:
+    """Three broadcasters on one database."""
+    with nodes(server_factory, pg_database) as out:
+        yield out
 
 
 class Recorder:
@@ -427,3 +436,47 @@ async def test_a_broadcaster_that_missed_signals_catches_up(
     async with Publisher(servers[2].url, servers[2].admin_token) as pub:
         await pub.publish(NS, 1)
     await eventually(lambda: all(rec.got[i] == [1] for i in sub_ids), timeout=20)
+
+
+async def test_the_replay_limits_count_the_replays_of_every_broadcaster(
+    server_factory: Callable[..., ServerProcess], pg_database: str, endpoints: Any
+) -> None:
+    """``replay_max_concurrent`` is one limit for the cluster: a replay registered through
+    a broadcaster that does not deliver its subscription (it runs where the subscription
+    is delivered) still counts there, and everywhere else."""
+    hold = asyncio.Event()
+
+    async def subscriber(scope: Any, receive: Any, send: Any) -> None:
+        body = json.loads(await read_body(receive))
+        if any(k == "icrc77:replay:id" for n in body for k, _ in n.get("headers") or []):
+            await hold.wait()  # the replay stays running
+        await respond(send)
+
+    ep = await endpoints(subscriber)
+    with nodes(server_factory, pg_database, 2, replay_max_concurrent="1") as servers:
+        sub_ids = await setup(servers[:1], ep.url, 6)
+        await eventually(lambda: _all_held(servers, sub_ids), timeout=20)
+        where = await holders(servers)
+        assert set(where.values()) == {"b0", "b1"}, where
+        async with Publisher(servers[0].url, servers[0].admin_token) as pub:
+            for k in range(5):
+                await pub.publish(NS, k)
+        elsewhere = next(i for i in sub_ids if where[i] == "b1")
+
+        async def replay(server: ServerProcess, sub: int) -> dict[str, Any]:
+            async with aiohttp.ClientSession() as http, http.post(
+                f"{server.url}/v1/icrc77_register_replay",
+                json=[{"namespace": NS, "range": [1, None],
+                       "config": [["icrc77:replay:subscription", {"Nat": sub}]]}],
+                headers={"authorization": f"Bearer {server.admin_token}"},
+            ) as r:
+                assert r.status == 200
+                (item,) = await r.json()
+                return dict(item)
+
+        assert "Ok" in await replay(servers[0], elsewhere)  # registered at b0, run by b1
+        for server in servers:
+            for sub in sub_ids[:2]:
+                busy = await replay(server, sub)
+                assert busy["Err"]["GenericError"]["error_code"] == 7702, busy
+        hold.set()

@@ -154,9 +154,20 @@ class Replays:
             key=lambda s: s.id,
         )
 
-    def _reserved(self, principal: str) -> int:
+    async def _all_active(self) -> list[ReplayRecord]:
+        """The pending and running replays the limits and credit count: with several
+        broadcasters (``owns``), those of the store, wherever they run or are about to
+        (one whose subscription is not yet delivered anywhere is in no process's list);
+        the ones running here carry their newer position."""
+        if self._owns is None:
+            return list(self._active.values())
+        stored = {r.id: r for r in await self._store.list_replays(states=sorted(rules.ACTIVE))}
+        return list((stored | {rid: r for rid, r in self._active.items() if rid in stored}).values())
+
+    @staticmethod
+    def _reserved(active: list[ReplayRecord], principal: str) -> int:
         """Credit the principal's active replays may still spend (their price times what is left)."""
-        return sum(r.price * (r.to_id - 1 - r.position) for r in self._active.values() if r.requester == principal)
+        return sum(r.price * (r.to_id - 1 - r.position) for r in active if r.requester == principal)
 
     async def register(self, caller: PrincipalRecord, regs: Sequence[ReplayRegistration]) -> list[ReplayResult]:
         try:
@@ -219,22 +230,23 @@ class Replays:
             pricing = rules.read_pricing(pub.config)
         except cfg.ImproperConfig as e:
             return replay_err("GenericError", GenericError(500, f"the publication's pricing is invalid: {e}"))
-        mine = sum(1 for r in self._active.values() if r.requester == caller.name)
+        active = await self._all_active()
+        mine = sum(1 for r in active if r.requester == caller.name)
         if mine >= self._settings.replay_max_per_principal:
             return replay_err("GenericError", GenericError(TOO_MANY_FOR_PRINCIPAL, (
                 f"busy: {caller.name} has {mine} replays pending or running; at most "
                 f"{self._settings.replay_max_per_principal} (cancel one or wait)"
             )))
-        if len(self._active) >= self._settings.replay_max_concurrent:
+        if len(active) >= self._settings.replay_max_concurrent:
             return replay_err("GenericError", GenericError(TOO_MANY_CONCURRENT, (
-                f"busy: {len(self._active)} replays are pending or running; at most "
+                f"busy: {len(active)} replays are pending or running; at most "
                 f"{self._settings.replay_max_concurrent}; try again later"
             )))
         price = 0 if pricing is None else pricing.per_event
         cost = rules.cost(pricing, hi - lo)
         if cost:
             balance = await self._store.credit_balance(caller.name)
-            reserved = self._reserved(caller.name)
+            reserved = self._reserved(active, caller.name)
             if balance - reserved < cost:
                 unit = f" {pricing.currency}" if pricing is not None and pricing.currency else ""
                 return replay_err("PaymentRequired", (
@@ -451,7 +463,8 @@ class Replays:
                 out.append(replay_err("Unauthorized", f"only {p} and admins see {p}'s credit"))
                 continue
             balance = await self._store.credit_balance(p)
-            out.append(replay_ok(CreditBalance(principal=p, balance=balance, reserved=self._reserved(p))))
+            reserved = self._reserved(await self._all_active(), p)
+            out.append(replay_ok(CreditBalance(principal=p, balance=balance, reserved=reserved)))
         return out
 
     def close(self) -> None:
