@@ -179,7 +179,13 @@ class Endpoint:
         return f"http://127.0.0.1:{self.port}/"
 
     async def start(self) -> None:
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        # A handler a test holds (a slow subscriber) is cancelled at stop after a second:
+        # uvicorn would otherwise wait for it, and a test that failed before releasing it
+        # would hang in its teardown.
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve())
         while not self._server.started:
