@@ -575,6 +575,42 @@ async def test_start_resumes_at_the_start_even_when_the_worker_is_busy(world: Wo
     assert w.rec.ids(sub) == [1, 3, 4]
 
 
+async def _worker_metrics(server: ServerProcess) -> tuple[int, int]:
+    """(tidings_delivery_worker_runs_total, tidings_delivery_workers_running) from /metrics."""
+    async with aiohttp.ClientSession() as http, http.get(f"{server.url}/metrics") as r:
+        lines = dict(line.rsplit(" ", 1) for line in (await r.text()).splitlines() if not line.startswith("#"))
+    return int(lines["tidings_delivery_worker_runs_total"]), int(lines["tidings_delivery_workers_running"])
+
+
+async def test_stopped_subscriptions_hold_no_worker_from_startup_on(world: World) -> None:
+    """A stopped subscription costs no task, also after a restart: its worker starts when
+    the subscription does, and then delivers what is published."""
+    w = world
+    ns = "com.example.stopped.restart"
+    w.principals("alice", "bob")
+    await w.pub("alice").register_publication(ns)
+    stopped = [await w.subscribe("bob", ns, stopped=True) for _ in range(5)]
+    running = await w.subscribe("bob", ns)
+    await eventually(lambda: _running_is(w.server, 1))
+    await w.close()
+    w.server.restart()
+    assert await _worker_metrics(w.server) == (1, 1)  # only the running subscription's
+    bob = Subscriber(_ignore, url=w.server.url, token=w.tokens["bob"])
+    try:
+        await bob.start(stopped[0])
+    finally:
+        await bob.close()
+    async with Publisher(w.server.url, w.tokens["alice"]) as alice:
+        assert await alice.publish(ns, 1) == 1
+    await eventually(lambda: w.rec.ids(stopped[0]) == [1] and w.rec.ids(running) == [1])
+    assert await _worker_metrics(w.server) == (2, 2)
+    assert all(w.rec.ids(s) == [] for s in stopped[1:])
+
+
+async def _running_is(server: ServerProcess, n: int) -> bool:
+    return (await _worker_metrics(server))[1] == n
+
+
 # -- 5. allow and deny lists -----------------------------------------------------------------
 
 

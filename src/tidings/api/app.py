@@ -126,7 +126,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         return HTMLResponse(_DOCS_PAGE)
 
     async def metrics(request: Request) -> Response:
-        text = broker.metrics.render(await broker.store.pending_counts())
+        text = broker.metrics.render(await broker.store.pending_counts(), broker.delivery.workers_running)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def health(request: Request) -> Response:

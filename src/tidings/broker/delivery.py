@@ -202,6 +202,11 @@ class Delivery:
         scans = [w.scan for w in self._workers.values() if namespace in self.registry.namespaces_for(w.sub)]
         return min(scans) if scans else None
 
+    @property
+    def workers_running(self) -> int:
+        """Subscriptions with a worker task now."""
+        return len(self._tasks)
+
     def delivers(self, sub_id: int) -> bool:
         return sub_id in self._workers
 
@@ -223,12 +228,22 @@ class Delivery:
         w = Worker(self, sub)
         self._workers[sub.id] = w
         self._index(w)
+        conf = self.registry.sub_configs.get(sub.id)
+        if conf is not None and conf.stopped:
+            # Dormant from the start: its first run would only find it stopped and end, and
+            # the run its start spawns begins with the store's pending notifications. (At a
+            # restart with many stopped subscriptions, those runs at once cost memory the
+            # process kept.)
+            w.dormant = True
+            w.resumed.set()
+            return
         self._spawn(w)
 
     def _spawn(self, w: Worker) -> None:
         assert self.task_group is not None
         w.dormant = False
         w.resumed.clear()
+        self.metrics.worker_runs += 1
         task = self.task_group.create_task(w.run(), name=f"tidings-sub-{w.sub.id}")
         self._tasks[w.sub.id] = task
         task.add_done_callback(functools.partial(self._forget, w.sub.id))

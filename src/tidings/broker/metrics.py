@@ -41,6 +41,9 @@ class Metrics:
         self.notifications_dead_lettered = 0
         self.subscriptions_ended = 0
         self.worker_restarts = 0
+        self.worker_runs = 0
+        """Subscription worker tasks started: one per running subscription at startup, and
+        one per start after a stop. A stopped subscription holds no task."""
         self.latency = _Histogram(LATENCY_BUCKETS)
         """Seconds from the broadcaster's acceptance of an event to its confirmation."""
 
@@ -49,7 +52,7 @@ class Metrics:
             self.notifications_confirmed += 1
             self.latency.observe(max(0.0, v))
 
-    def render(self, pending: Mapping[int, int]) -> str:
+    def render(self, pending: Mapping[int, int], workers_running: int = 0) -> str:
         out: list[str] = []
 
         def counter(name: str, help_: str, value: int) -> None:
@@ -71,6 +74,12 @@ class Metrics:
         counter("tidings_delivery_worker_restarts_total",
                 "Subscription workers restarted after an unexpected error (logged with its traceback).",
                 self.worker_restarts)
+        counter("tidings_delivery_worker_runs_total",
+                "Subscription worker tasks started (at startup, and when a stopped subscription starts).",
+                self.worker_runs)
+        name = "tidings_delivery_workers_running"
+        out.extend((f"# HELP {name} Subscriptions with a worker task now (a stopped one has none).",
+                    f"# TYPE {name} gauge", f"{name} {workers_running}"))
         name = "tidings_notifications_pending"
         out.extend((f"# HELP {name} Notifications recorded and not yet confirmed, per subscription.",
                     f"# TYPE {name} gauge"))
