@@ -66,9 +66,7 @@ async def confirm(
         settled = await d.store.settle_notifications(list(mine), stats, sent)
         now = d.now_ns()
         events = {e.seq: e for e in await d.store.read_seqs([mine[i].seq for i in settled])}
-        d.metrics.confirmed(
-            (now - events[mine[i].seq].timestamp) / 1e9 for i in settled if mine[i].seq in events
-        )
+        d.metrics.confirmed(now, [events[mine[i].seq].timestamp for i in settled if mine[i].seq in events])
         for p in mine.values():
             w = d.worker(p.subscription_id)
             if w is not None:

@@ -22,11 +22,6 @@ class _Histogram:
         self.sum = 0.0
         self.count = 0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sum += value
-        self.count += 1
-
 
 class Metrics:
     def __init__(self) -> None:
@@ -47,10 +42,23 @@ class Metrics:
         self.latency = _Histogram(LATENCY_BUCKETS)
         """Seconds from the broadcaster's acceptance of an event to its confirmation."""
 
-    def confirmed(self, latencies_s: Iterable[float]) -> None:
-        for v in latencies_s:
-            self.notifications_confirmed += 1
-            self.latency.observe(max(0.0, v))
+    def confirmed(self, now_ns: int, accepted_ns: Iterable[int]) -> None:
+        """Notifications confirmed at ``now_ns``, of events accepted at ``accepted_ns``.
+        (Inlined rather than one ``observe`` per notification: this runs for every
+        confirmation, and was 5 % of the broker's time in fan-out.)"""
+        h = self.latency
+        buckets, counts, where = h.buckets, h.counts, bisect.bisect_left
+        n, total = 0, 0.0
+        for ts in accepted_ns:
+            v = (now_ns - ts) / 1e9
+            if v < 0.0:
+                v = 0.0
+            counts[where(buckets, v)] += 1
+            total += v
+            n += 1
+        h.sum += total
+        h.count += n
+        self.notifications_confirmed += n
 
     def render(self, pending: Mapping[int, int], workers_running: int = 0) -> str:
         out: list[str] = []

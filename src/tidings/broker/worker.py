@@ -362,12 +362,10 @@ class Worker(Redelivery):
         except Exception:  # they stay pending and are sent again; never fail the task group
             log.exception("subscription %s: settling %d notification(s) failed", self.sub.id, len(done))
             return
-        now = self.d.now_ns()
         # A replayed event's age is not a delivery latency (docs/replay.md).
-        self.d.metrics.confirmed(
-            (now - n.event.timestamp) / 1e9 for n in done
-            if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
-        )
+        self.d.metrics.confirmed(self.d.now_ns(), [
+            n.event.timestamp for n in done if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
+        ])
 
     async def settled(self) -> None:
         """Wait until the confirmations of what was pushed so far are stored."""
