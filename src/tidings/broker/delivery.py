@@ -53,6 +53,7 @@ from ..store import (
 from . import confirmation
 from .accounting import event_stats
 from .metrics import Metrics
+from .push_body import PushBodies
 from .registry import Registry
 from .routing import RoutedTo, Router
 from .tail import Tail
@@ -69,31 +70,9 @@ Transport = Callable[
 """One push to a non-HTTP endpoint: outcome, decoded answer, reason for logs, Retry-After."""
 
 
-class _Push(msgspec.Struct):
-    """EventNotification for encoding: data and headers pass through as stored bytes."""
-
-    id: int
-    eventId: int
-    prev_id: int | None
-    timestamp: int
-    namespace: str
-    data: msgspec.Raw
-    source: str
-    filter: str | None
-    headers: msgspec.Raw
-
-
 _encode = msgspec.json.Encoder().encode
 _decode_answer = msgspec.json.Decoder().decode
 _decode_data = msgspec.json.Decoder().decode
-_SENT_KEY = b'["icrc72:broadcaster:sent",{"Nat":'
-
-
-def _with_sent(headers: bytes, pair: bytes) -> msgspec.Raw:
-    """``headers`` with the ``sent`` pair (made once per push) appended."""
-    if headers == b"[]":
-        return msgspec.Raw(b"[" + pair + b"]")
-    return msgspec.Raw(headers[:-1] + b"," + pair + b"]")
 
 
 class Delivery:
@@ -126,6 +105,7 @@ class Delivery:
         self.sleep = sleep
         self.monotonic = monotonic
         self.now_ns = now_ns
+        self._bodies = PushBodies()
         self.random = rand
         self.metrics = metrics or Metrics()
         self.outbound = outbound
@@ -403,15 +383,7 @@ class Delivery:
 
     def notifications(self, batch: Sequence[Note], conf: SubscriptionConfig) -> bytes:
         """The JSON array of EventNotifications a push carries, stamped as sent now."""
-        sent = _SENT_KEY + str(self.now_ns()).encode() + b"}]"
-        return _encode([
-            _Push(
-                id=n.id, eventId=n.event.id, prev_id=n.event.prev_id, timestamp=n.event.timestamp,
-                namespace=n.event.namespace, data=msgspec.Raw(n.event.data), source=n.event.source,
-                filter=conf.filter, headers=_with_sent(n.event.headers, sent),
-            )
-            for n in batch
-        ])
+        return self._bodies.encode(batch, conf.filter, self.now_ns())
 
     async def post(
         self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig

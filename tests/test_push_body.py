@@ -1,0 +1,60 @@
+"""A push's body, spliced from cached parts, is exactly the EventNotifications of its
+notifications: the same JSON as encoding each in full, for any event, header list,
+filter and sent time, and for replayed copies that share an event's seq."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.broker.push_body import PushBodies
+from tidings.store import StoredEvent
+
+_text = st.text(max_size=12)
+_headers = st.lists(st.tuples(_text, st.integers(min_value=0, max_value=2**64)), max_size=3)
+
+
+@dataclass
+class _Note:
+    id: int
+    event: StoredEvent
+
+
+@st.composite
+def _events(draw: st.DrawFn, seq: int) -> StoredEvent:
+    pairs = draw(_headers)
+    return StoredEvent(
+        seq=seq, namespace=draw(_text), id=draw(st.integers(min_value=0, max_value=2**64)),
+        prev_id=draw(st.none() | st.integers(min_value=0, max_value=2**64)),
+        timestamp=draw(st.integers(min_value=0, max_value=2**63)), source=draw(_text),
+        data=msgspec.json.encode({"Text": draw(_text)}),
+        headers=msgspec.json.encode([[k, {"Nat": v}] for k, v in pairs]),
+    )
+
+
+def _expected(n: _Note, filter: str | None, sent: int) -> dict[str, object]:
+    e = n.event
+    return {
+        "id": n.id, "eventId": e.id, "prev_id": e.prev_id, "timestamp": e.timestamp, "namespace": e.namespace,
+        "data": json.loads(e.data), "source": e.source, "filter": filter,
+        "headers": [*json.loads(e.headers), ["icrc72:broadcaster:sent", {"Nat": sent}]],
+    }
+
+
+@given(st.data(), st.integers(min_value=0, max_value=4), st.none() | _text, st.integers(min_value=0, max_value=2**63))
+def test_the_spliced_body_is_the_notifications(data: st.DataObject, size: int, filter: str | None, sent: int) -> None:
+    bodies = PushBodies()
+    batch = [_Note(100 + k, data.draw(_events(seq=k))) for k in range(size)]
+    assert json.loads(bodies.encode(batch, filter, sent)) == [_expected(n, filter, sent) for n in batch]
+    # The same events again, from the cache: as replayed copies with headers of their own.
+    copies = [
+        _Note(200 + n.id, msgspec.structs.replace(
+            n.event, headers=msgspec.json.encode([[k, {"Nat": v}] for k, v in data.draw(_headers)]),
+        ))
+        for n in batch
+    ]
+    assert json.loads(bodies.encode(copies, filter, sent + 1)) == [_expected(n, filter, sent + 1) for n in copies]
