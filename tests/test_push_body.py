@@ -11,6 +11,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidings.broker import push_body
 from tidings.broker.push_body import PushBodies
 from tidings.store import StoredEvent
 
@@ -58,3 +59,15 @@ def test_the_spliced_body_is_the_notifications(data: st.DataObject, size: int, f
         for n in batch
     ]
     assert json.loads(bodies.encode(copies, filter, sent + 1)) == [_expected(n, filter, sent + 1) for n in copies]
+
+
+def test_the_cache_stays_within_its_bytes_whatever_the_events() -> None:
+    bodies = PushBodies()
+    big = StoredEvent(seq=0, namespace="n", id=0, prev_id=None, timestamp=0, source="s",
+                      data=msgspec.json.encode({"Text": "x" * (push_body._PART_MAX + 1)}), headers=b"[]")
+    bodies.encode([_Note(1, big)], None, 1)
+    assert bodies.cached_bytes == 0  # a large event is encoded, not kept
+    for seq in range(1, 4000):
+        e = msgspec.structs.replace(big, seq=seq, data=msgspec.json.encode({"Text": "y" * 8000}))
+        assert json.loads(bodies.encode([_Note(seq, e)], None, 1))[0]["eventId"] == 0
+        assert bodies.cached_bytes <= push_body._CACHED_BYTES

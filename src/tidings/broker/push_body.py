@@ -21,9 +21,12 @@ __all__ = ["PushBodies"]
 
 _encode = msgspec.json.Encoder().encode
 _SENT_KEY = b'["icrc72:broadcaster:sent",{"Nat":'
-_CACHED_MAX = 65_536
-"""Events whose shared part is kept; all are dropped when one more comes (cheaper than an
-LRU, and the events of one fan-out are pushed close together)."""
+_CACHED_BYTES = 8 << 20
+"""Bytes of shared parts kept; all are dropped when one more would pass this (cheaper
+than an LRU, and the events of one fan-out are pushed close together)."""
+_PART_MAX = 16 << 10
+"""A larger part is not kept: encoding it is cheap beside its size, and a few large
+events would otherwise push out many small ones."""
 
 
 class _Noted(Protocol):
@@ -45,17 +48,26 @@ class _Shared(msgspec.Struct):
 class PushBodies:
     def __init__(self) -> None:
         self._shared: dict[int, bytes] = {}
+        self._bytes = 0
 
     def _of(self, e: StoredEvent) -> bytes:
         # Keyed by seq: a replayed copy of an event differs only in its headers, which are
         # not in this part.
         part = self._shared.get(e.seq)
         if part is None:
-            if len(self._shared) >= _CACHED_MAX:
-                self._shared.clear()
-            part = _encode(_Shared(e.id, e.prev_id, e.timestamp, e.namespace, msgspec.Raw(e.data), e.source))
-            part = self._shared[e.seq] = part[1:-1]  # the fields without their braces
+            encoded = _encode(_Shared(e.id, e.prev_id, e.timestamp, e.namespace, msgspec.Raw(e.data), e.source))
+            part = encoded[1:-1]  # the fields without their braces
+            if len(part) <= _PART_MAX:
+                if self._bytes + len(part) > _CACHED_BYTES:
+                    self._shared.clear()
+                    self._bytes = 0
+                self._shared[e.seq] = part
+                self._bytes += len(part)
         return part
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes
 
     def encode(self, batch: Sequence[_Noted], filter: str | None, sent_ns: int) -> bytes:
         """``batch`` as EventNotifications for a subscription with ``filter``, each with its
