@@ -18,7 +18,7 @@ import pytest
 
 from tidings.client import Admin, Publisher
 
-from .conftest import ServerProcess, eventually, read_body, respond
+from .conftest import ServerProcess, admin_api, eventually, read_body, respond
 from .pg_support import schema_address
 from .test_console_feeds import events
 
@@ -464,15 +464,11 @@ async def test_the_replay_limits_count_the_replays_of_every_broadcaster(
         elsewhere = next(i for i in sub_ids if where[i] == "b1")
 
         async def replay(server: ServerProcess, sub: int) -> dict[str, Any]:
-            async with aiohttp.ClientSession() as http, http.post(
-                f"{server.url}/v1/icrc77_register_replay",
-                json=[{"namespace": NS, "range": [1, None],
-                       "config": [["icrc77:replay:subscription", {"Nat": sub}]]}],
-                headers={"authorization": f"Bearer {server.admin_token}"},
-            ) as r:
-                assert r.status == 200
-                (item,) = await r.json()
-                return dict(item)
+            async with aiohttp.ClientSession() as http:
+                (item,) = await admin_api(http, server, "icrc77_register_replay", [{
+                    "namespace": NS, "range": [1, None], "config": [["icrc77:replay:subscription", {"Nat": sub}]],
+                }])
+            return dict(item)
 
         assert "Ok" in await replay(servers[0], elsewhere)  # registered at b0, run by b1
         for server in servers:

@@ -36,6 +36,7 @@ from tidings.client import (
 )
 
 from .conftest import ServerProcess, eventually, read_body, respond
+from .test_e2e_guarantees import parse_metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -578,8 +579,8 @@ async def test_start_resumes_at_the_start_even_when_the_worker_is_busy(world: Wo
 async def _worker_metrics(server: ServerProcess) -> tuple[int, int]:
     """(tidings_delivery_worker_runs_total, tidings_delivery_workers_running) from /metrics."""
     async with aiohttp.ClientSession() as http, http.get(f"{server.url}/metrics") as r:
-        lines = dict(line.rsplit(" ", 1) for line in (await r.text()).splitlines() if not line.startswith("#"))
-    return int(lines["tidings_delivery_worker_runs_total"]), int(lines["tidings_delivery_workers_running"])
+        m = parse_metrics(await r.text())
+    return int(m["tidings_delivery_worker_runs_total"]), int(m["tidings_delivery_workers_running"])
 
 
 async def test_stopped_subscriptions_hold_no_worker_from_startup_on(world: World) -> None:

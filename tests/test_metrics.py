@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from tidings.broker.metrics import LATENCY_BUCKETS, Metrics
 
+from .test_e2e_guarantees import parse_metrics
+
 _ages = st.lists(st.integers(min_value=-10**9, max_value=100 * 10**9), max_size=50)
 
 
@@ -19,7 +21,7 @@ def test_confirmations_fall_in_the_buckets_prometheus_expects(batches: list[list
     for ages in batches:
         m.confirmed(now, [now - a for a in ages])
     seconds = [max(0, a) / 1e9 for ages in batches for a in ages]
-    page = dict(line.rsplit(" ", 1) for line in m.render({}).splitlines() if not line.startswith("#"))
+    page = parse_metrics(m.render({}))
     name = "tidings_delivery_latency_seconds"
     for bound in LATENCY_BUCKETS:
         assert int(page[f'{name}_bucket{{le="{bound}"}}']) == sum(1 for v in seconds if v <= bound)

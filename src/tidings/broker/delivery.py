@@ -70,7 +70,6 @@ Transport = Callable[
 """One push to a non-HTTP endpoint: outcome, decoded answer, reason for logs, Retry-After."""
 
 
-_encode = msgspec.json.Encoder().encode
 _decode_answer = msgspec.json.Decoder().decode
 _decode_data = msgspec.json.Decoder().decode
 
