@@ -22,6 +22,7 @@ import pytest
 
 from tidings.broker import Broker
 from tidings.broker.routing import RoutedTo
+from tidings.core import config as cfg
 from tidings.core.wire import Event, PublicationRegistration, SubscriptionRegistration, SubscriptionUpdate
 from tidings.settings import Settings
 from tidings.store import PrincipalRecord, SQLiteStore
@@ -229,6 +230,37 @@ async def test_a_stopped_subscription_holds_no_task_and_starts_where_it_should(
 
     await orch.delete_subscriptions(ADMIN, [ids[5]])
     assert ids[5] not in broker.delivery._workers
+
+
+async def test_a_start_between_the_end_of_a_stopped_run_and_its_callback_keeps_the_new_run(
+    broker: Broker, endpoints: Any
+) -> None:
+    """A stopped worker's run ends, and its task's done callback runs one loop step
+    later. A start in between spawns the next run; the old run's callback must leave that
+    run the subscription's worker, or the worker is forgotten: publishes no longer wake
+    it and routing no longer reaches it, so its notifications stay pending (the toggled
+    subscription of the concurrent test above, now and then)."""
+    rec = Recorder()
+    sub_id = await _one_subscription(broker, "t.x", (await endpoints(rec)).url)
+    d, orch = broker.delivery, broker.orchestrator
+    for n in range(1, 4):
+        await orch.set_stopped(ADMIN, [sub_id], True)
+        w = d._workers[sub_id]
+        while not w.dormant:  # one step at a time: stop polling in the very step it ends
+            await asyncio.sleep(0)
+        old = d._tasks[sub_id]
+        assert old.done()
+        # What ``set_stopped(False)`` does once its write is stored, without the await.
+        orch.registry.sub_configs[sub_id] = cfg.SubscriptionConfig()
+        d.subscription_changed(orch.subscriptions[sub_id], started=True)
+        await asyncio.sleep(0.01)  # the old run's callback has run by now
+        assert d.delivers(sub_id) and d._tasks.get(sub_id) not in (None, old)
+        assert {x.sub.id for x in d.wakeable("t.x")} == {sub_id}
+        await orch.set_stopped(ADMIN, [sub_id], False)  # the store agrees again
+        await broker.broadcaster.publish(ADMIN, [_event("t.x", n)])
+        await eventually(lambda n=n: rec.count() == n)
+    assert [eid for _, eid in rec.got["/"]] == [1, 2, 3]
+    assert d.workers_running == 1
 
 
 async def test_a_route_planned_before_a_worker_restarted_does_not_move_it_past_unread_events(

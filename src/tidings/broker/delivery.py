@@ -253,6 +253,11 @@ class Delivery:
         return tuple(group.values()) if group else ()
 
     def _forget(self, sub_id: int, task: asyncio.Task[None] | None = None) -> None:
+        current = self._tasks.get(sub_id)
+        if task is not None and current is not None and current is not task:
+            # An earlier run's end, after a start spawned the next run (the start came
+            # between the run going dormant and this callback): the worker is running.
+            return
         w = self._workers.get(sub_id)
         if w is not None and w.dormant and task is not None and not task.cancelled():
             self._tasks.pop(sub_id, None)  # stopped: the worker stays, without a task
