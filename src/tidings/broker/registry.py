@@ -17,7 +17,7 @@ from typing import Any
 from ..core import config as cfg
 from ..core.namespaces import is_pattern, is_system, matcher
 from ..errors import NotFound
-from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
+from ..store import PrincipalRecord, PublicationRecord, Store, StoredEvent, SubscriptionRecord
 
 __all__ = ["Registry", "read_sub_config"]
 
@@ -97,6 +97,31 @@ class Registry:
                     conf = before
                     break
         return conf is not None and conf.subscriber_allowed(principal)
+
+    def deliverable(
+        self, principal: str, conf: cfg.SubscriptionConfig, events: Sequence[StoredEvent],
+        data_of: Callable[[StoredEvent], Any], namespace: str | None = None,
+    ) -> list[StoredEvent]:
+        """The events, in order, that a subscription of ``principal`` with ``conf`` is
+        sent: those its subscriber may be sent (``subscriber_allowed`` by each event's
+        seq) that pass its filter and skip. ``namespace``: every event is of it.
+
+        This runs for every subscription of every batch, so the usual case (one
+        namespace whose lists have not changed since these events, no filter, no skip)
+        costs no call per event (BENCHMARKS.md, "Fan-out: the cost per subscription")."""
+        if namespace is None or not events:
+            allowed = [e for e in events if self.subscriber_allowed(e.namespace, principal, e.seq)]
+        else:
+            history = self.configs_before.get(namespace)
+            if history and events[0].seq <= history[-1][0]:
+                allowed = [e for e in events if self.subscriber_allowed(namespace, principal, e.seq)]
+            elif self.subscriber_allowed(namespace, principal):
+                allowed = list(events)
+            else:
+                return []
+        if conf.predicate is None and conf.skip is None:
+            return allowed
+        return [e for e in allowed if conf.passes(e.id, data_of(e))]
 
     def subscriber_refusal(self, namespace: str, principal: str) -> str | None:
         """The key of the publication's list that refuses ``principal`` as a subscriber now."""

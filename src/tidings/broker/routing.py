@@ -97,10 +97,7 @@ class Router:
                 if conf is None or conf.stopped:
                     continue
                 try:
-                    passing = [
-                        e for e in evs
-                        if registry.subscriber_allowed(ns, sub.subscriber, e.seq) and conf.passes(e.id, d.data_of(e))
-                    ]
+                    passing = registry.deliverable(sub.subscriber, conf, evs, d.data_of, ns)
                 except Exception:  # the worker's own path meets the same error and reports it
                     log.exception("subscription %s: routing at append failed", sub.id)
                     continue

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from ..core.namespaces import is_pattern
 from ..core.retry import Outcome
 from ..store import PendingNotification, StoredEvent, SubscriptionRecord
 from .accounting import event_stats, per_notification_stats
@@ -180,12 +181,8 @@ class Worker(Redelivery):
                     more = await self._next(s.delivery_batch_size - len(events), after=events[-1].seq)
                     events = events + more
                 last = events[-1].seq
-                subscriber = self.sub.subscriber
-                passing = [
-                    e for e in events
-                    if registry.subscriber_allowed(e.namespace, subscriber, e.seq)
-                    and conf.passes(e.id, self.d.data_of(e))
-                ]
+                ns = None if is_pattern(self.sub.namespace) else self.sub.namespace
+                passing = registry.deliverable(self.sub.subscriber, conf, events, self.d.data_of, ns)
                 if not passing:
                     self.scan = max(self.scan, last)
                     continue
