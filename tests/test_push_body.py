@@ -71,3 +71,16 @@ def test_the_cache_stays_within_its_bytes_whatever_the_events() -> None:
         e = msgspec.structs.replace(big, seq=seq, data=msgspec.json.encode({"Text": "y" * 8000}))
         assert json.loads(bodies.encode([_Note(seq, e)], None, 1))[0]["eventId"] == 0
         assert bodies.cached_bytes <= push_body._CACHED_BYTES
+
+
+def test_only_live_events_are_kept() -> None:
+    """A push of old events (a replay, a worker far behind: at or below the tail's floor)
+    is encoded as well, but keeps nothing that would push the live events' parts out."""
+    bodies = PushBodies()
+    old = [_Note(k, StoredEvent(seq=k, namespace="n", id=k, prev_id=None, timestamp=0, source="s",
+                                data=b'{"Nat":1}', headers=b"[]")) for k in range(1, 101)]
+    full = PushBodies().encode(old, None, 5)
+    assert bodies.encode(old, None, 5, keep_above=100) == full
+    assert bodies.cached_bytes == 0
+    assert bodies.encode(old, None, 5, keep_above=90) == full
+    assert 0 < bodies.cached_bytes and len(bodies._shared) == 10

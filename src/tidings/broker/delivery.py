@@ -387,7 +387,7 @@ class Delivery:
 
     def notifications(self, batch: Sequence[Note], conf: SubscriptionConfig) -> bytes:
         """The JSON array of EventNotifications a push carries, stamped as sent now."""
-        return self._bodies.encode(batch, conf.filter, self.now_ns())
+        return self._bodies.encode(batch, conf.filter, self.now_ns(), self.tail.floor)
 
     async def post(
         self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig

@@ -3,7 +3,10 @@
 A notification is its event's fields, which every subscription's push of that event
 shares, plus its own id, its subscription's filter and the ``sent`` header of the push.
 The shared part is encoded once per event and kept for a while (fan-out pushes one event
-to many subscriptions within moments); the rest is spliced in around it. Per
+to many subscriptions within moments); the rest is spliced in around it. Only live
+events are kept: those of the broadcaster's tail (``keep_above``). An older one is
+replayed or read by a worker far behind, most likely pushed once, and keeping it would
+push out the parts of the live events every subscription is about to send. Per
 notification this is about half the time of encoding a struct for each
 (BENCHMARKS.md, "Fan-out: the push body").
 """
@@ -50,14 +53,14 @@ class PushBodies:
         self._shared: dict[int, bytes] = {}
         self._bytes = 0
 
-    def _of(self, e: StoredEvent) -> bytes:
+    def _of(self, e: StoredEvent, keep_above: int) -> bytes:
         # Keyed by seq: a replayed copy of an event differs only in its headers, which are
         # not in this part.
         part = self._shared.get(e.seq)
         if part is None:
             encoded = _encode(_Shared(e.id, e.prev_id, e.timestamp, e.namespace, msgspec.Raw(e.data), e.source))
             part = encoded[1:-1]  # the fields without their braces
-            if len(part) <= _PART_MAX:
+            if e.seq > keep_above and len(part) <= _PART_MAX:
                 if self._bytes + len(part) > _CACHED_BYTES:
                     self._shared.clear()
                     self._bytes = 0
@@ -69,17 +72,19 @@ class PushBodies:
     def cached_bytes(self) -> int:
         return self._bytes
 
-    def encode(self, batch: Sequence[_Noted], filter: str | None, sent_ns: int) -> bytes:
+    def encode(self, batch: Sequence[_Noted], filter: str | None, sent_ns: int, keep_above: int = 0) -> bytes:
         """``batch`` as EventNotifications for a subscription with ``filter``, each with its
-        event's headers and the ``icrc72:broadcaster:sent`` pair (``sent_ns``) appended."""
+        event's headers and the ``icrc72:broadcaster:sent`` pair (``sent_ns``) appended.
+        The shared parts of events with a seq above ``keep_above`` are kept."""
         sent = b"%b%d}]]}" % (_SENT_KEY, sent_ns)
         middle = b',"filter":' + _encode(filter) + b',"headers":'
         shared = self._of
         out = []
         for n in batch:
-            headers = n.event.headers
+            e = n.event
+            headers = e.headers
             if headers == b"[]":
-                out.append(b'{"id":%d,%b%b[%b' % (n.id, shared(n.event), middle, sent))
+                out.append(b'{"id":%d,%b%b[%b' % (n.id, shared(e, keep_above), middle, sent))
             else:
-                out.append(b'{"id":%d,%b%b%b,%b' % (n.id, shared(n.event), middle, headers[:-1], sent))
+                out.append(b'{"id":%d,%b%b%b,%b' % (n.id, shared(e, keep_above), middle, headers[:-1], sent))
         return b"[" + b",".join(out) + b"]"
