@@ -4,6 +4,7 @@ each event's seq, then the filter, then skip)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import msgspec
@@ -72,6 +73,7 @@ def _by_event(reg: Registry, principal: str, conf: cfg.SubscriptionConfig, event
     amounts=st.lists(st.integers(0, 9), max_size=30),
     first=st.integers(1, 30),
     mixed=st.booleans(),
+    shuffled=st.booleans(),
 )
 def test_deliverable_is_the_rule_applied_to_each_event(
     current: cfg.PublicationConfig,
@@ -81,6 +83,7 @@ def test_deliverable_is_the_rule_applied_to_each_event(
     amounts: list[int],
     first: int,
     mixed: bool,
+    shuffled: bool,
 ) -> None:
     reg = Registry()
     reg.pub_configs[NS] = current
@@ -90,6 +93,8 @@ def test_deliverable_is_the_rule_applied_to_each_event(
     events = [
         _event(first + k, OTHER if mixed and k % 3 == 2 else NS, a) for k, a in enumerate(amounts)
     ]
+    if shuffled:
+        random.Random(first).shuffle(events)  # no order is assumed
     want = _by_event(reg, principal, sub, events)
     assert [e.seq for e in reg.deliverable(principal, sub, events, _data)] == want
     if not mixed:  # every event is of NS: the caller may say so
@@ -106,3 +111,12 @@ def test_a_refused_subscriber_is_sent_nothing_and_no_filter_runs() -> None:
 
     assert reg.deliverable("bob", _sub_config("amount >= 0", None), events, never, NS) == []
     assert reg.deliverable("alice", _sub_config(None, None), events, never, NS) == events
+
+
+def test_the_lists_in_force_at_each_seq_apply_in_any_order_of_events() -> None:
+    reg = Registry()
+    reg.pub_configs[NS] = _lists(None, [])
+    reg.configs_before[NS] = [(5, _lists(None, ["alice"]))]  # alice was refused up to seq 5
+    events = [_event(6, NS, 1), _event(3, NS, 1), _event(7, NS, 1)]
+    got = reg.deliverable("alice", _sub_config(None, None), events, _data, NS)
+    assert [e.seq for e in got] == [6, 7]

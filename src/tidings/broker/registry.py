@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from ..core import config as cfg
@@ -20,6 +21,8 @@ from ..errors import NotFound
 from ..store import PrincipalRecord, PublicationRecord, Store, StoredEvent, SubscriptionRecord
 
 __all__ = ["Registry", "read_sub_config"]
+
+_seq = attrgetter("seq")
 
 
 class Registry:
@@ -113,7 +116,7 @@ class Registry:
             allowed = [e for e in events if self.subscriber_allowed(e.namespace, principal, e.seq)]
         else:
             history = self.configs_before.get(namespace)
-            if history and events[0].seq <= history[-1][0]:
+            if history and min(map(_seq, events)) <= history[-1][0]:
                 allowed = [e for e in events if self.subscriber_allowed(namespace, principal, e.seq)]
             elif self.subscriber_allowed(namespace, principal):
                 allowed = list(events)
