@@ -11,7 +11,7 @@ import msgspec
 
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
-from ._sqlite_db import SQLiteAccess
+from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows
 
 __all__ = ["REPLAY_DDL", "SQLiteReplayStore"]
 
@@ -190,16 +190,10 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
                 )
                 if cur.rowcount == 0:
                     raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
-            c.executemany(
-                "INSERT INTO notifications(subscription_id, seq, namespace, created_at, sent) VALUES (?, ?, ?, ?, 0)",
-                [(subscription_id, e.seq, e.namespace, now) for e in events],
-            )
-            # One writer, AUTOINCREMENT: the rows just inserted took consecutive ids.
-            last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0]) if events else 0
-            ids = list(range(last - len(events) + 1, last + 1))
-            c.executemany(
-                "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
-                "headers, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ids = insert_notifications(c, subscription_id, events, now) if events else []
+            insert_rows(
+                c, "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
+                "headers, data) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(i, replay_id, e.seq, e.namespace, e.id, e.prev_id, e.timestamp, e.source, e.headers, e.data)
                  for i, e in zip(ids, events, strict=True)],
             )

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ._records import AppendRouter, NewEvent, Route, Stat, StoredEvent
-from ._sqlite_db import EVENT_COLS, apply_stats, insert_notifications
+from ._sqlite_db import EVENT_COLS, apply_stats, insert_notifications, insert_rows
 
 __all__ = ["Append", "Writer", "lazy"]
 
@@ -282,7 +282,7 @@ def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[
             out.append(s)
             rows.append((seq, ns, eid, s.prev_id, e.timestamp, e.source, e.data, e.headers))
         outs.append(out)
-    c.executemany(f"INSERT INTO events({EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    insert_rows(c, f"INSERT INTO events({EVENT_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?)", rows)
     c.executemany(
         "UPDATE publications SET last_event_id = ? WHERE namespace = ?", [(v, ns) for ns, v in touched.items()]
     )
