@@ -21,7 +21,7 @@ def _conn() -> sqlite3.Connection:
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(0, 1_300), width=st.integers(1, 12), before=st.integers(0, 3))
+@given(n=st.integers(0, 1_300), width=st.sampled_from([1, 2, 4, 8, 10, 12, 600, 1100]), before=st.integers(0, 3))
 def test_every_row_once_in_order(n: int, width: int, before: int) -> None:
     with contextlib.closing(_conn()) as c:
         cols = ", ".join(f"c{k}" for k in range(width))

@@ -187,7 +187,7 @@ def insert_rows(c: sqlite3.Connection, head: str, row: str, rows: Sequence[Seque
     width = row.count("?")
     i, n = 0, len(rows)
     for size in _SIZES:
-        if size * width > _MAX_PARAMS or n - i < size:
+        if (size > 1 and size * width > _MAX_PARAMS) or n - i < size:  # one row always goes
             continue
         sql = head + ",".join([row] * size)
         while n - i >= size:
