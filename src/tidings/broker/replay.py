@@ -458,12 +458,15 @@ class Replays:
 
     async def balances(self, caller: PrincipalRecord, principals: Sequence[str]) -> list[ReplayResult]:
         out = []
+        active: list[ReplayRecord] | None = None  # read once for the whole call
         for p in principals:
             if not (caller.admin or caller.name == p):
                 out.append(replay_err("Unauthorized", f"only {p} and admins see {p}'s credit"))
                 continue
             balance = await self._store.credit_balance(p)
-            reserved = self._reserved(await self._all_active(), p)
+            if active is None:
+                active = await self._all_active()
+            reserved = self._reserved(active, p)
             out.append(replay_ok(CreditBalance(principal=p, balance=balance, reserved=reserved)))
         return out
 
