@@ -44,6 +44,8 @@ class Recorder:
         self.replay_sizes: list[int] = []
         self.fail_replays = False
         """Answer 500 to pushes of replayed notifications."""
+        self.refuse_once: set[int] = set()
+        """Event ids of replayed notifications to answer ``Err`` for, the first time only."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -56,6 +58,13 @@ class Recorder:
                 await self.hold.wait()
             if self.fail_replays:
                 await respond(send, 500)
+                return
+            if self.refuse_once & {n["eventId"] for n in batch}:
+                refused = {n["eventId"] for n in batch} & self.refuse_once
+                self.refuse_once -= refused
+                self.got.extend(n for n in batch if n["eventId"] not in refused)
+                answer = [{"Err": "later"} if n["eventId"] in refused else {"Ok": None} for n in batch]
+                await respond(send, 200, json.dumps(answer).encode())
                 return
         self.got.extend(batch)
         await respond(send, 200)
@@ -220,18 +229,30 @@ async def test_oneshot_replay_needs_normal_confirmation(server: ServerProcess, e
     assert (s["stats"]["icrc77:replay:stats:pending"], s["stats"]["icrc77:replay:stats:confirmed"]) == (0, 5)
 
 
+@pytest.mark.parametrize("priced", [False, True], ids=["pushed-then-recorded", "recorded-then-pushed"])
 async def test_cancel_stops_enqueuing_and_what_was_sent_stays_sent(
-    server: ServerProcess, endpoints: Any
+    server: ServerProcess, endpoints: Any, priced: bool
 ) -> None:
+    """A replay with no price to a trusted subscription records a batch once it is
+    confirmed; a priced one records (and charges) before it pushes. Either way a cancel
+    stops what is not yet pushed, and what was pushed counts."""
     rec = Recorder()
     rec.hold = asyncio.Event()
     ep = await endpoints(rec)
-    await setup(server, ep.url, 1000)
+    await setup(server, ep.url, 1000, config=[["icrc77:pricing", _per_event(1)]] if priced else None)
+    if priced:
+        await api(server, "tidings_fund_replay_credit", [{"principal": "admin", "amount": 1000}])
     bob = await principal(server, "bob")
     rid = (await register(server, 1, 1001))["Ok"]
     await eventually(lambda: rec.replay_pushes >= 1)  # the first batch is in flight, held
-    # The next batch is recorded meanwhile, then the replay waits for the push in flight.
-    s = await eventually(lambda: _sent(server, rid, 200))
+    if priced:
+        # The next batch is recorded meanwhile, then the replay waits for the push in flight.
+        s = await eventually(lambda: _sent(server, rid, 200))
+    else:
+        await asyncio.sleep(0.3)  # the next batch is read meanwhile, and waits
+        s = await status(server, rid)
+        assert s["stats"]["icrc77:replay:stats:sent"] == 0  # nothing confirmed yet
+    assert rec.replay_pushes == 1
     assert s["status"] == {"running": None}
     assert s["stats"]["icrc77:replay:stats:expected"] == 1000
     (c,) = await api(server, "icrc77_cancel_replay", [rid], bob)
@@ -240,11 +261,22 @@ async def test_cancel_stops_enqueuing_and_what_was_sent_stays_sent(
     (again, missing) = await api(server, "icrc77_cancel_replay", [rid, 999])
     assert (err(again), err(missing)) == ("CannotCancel", "NotFound")
     rec.hold.set()
-    s = await done(server, rid)
-    assert s["status"] == {"canceled": 200}
-    await eventually(lambda: len(rec.replayed(rid)) >= 200)
+    sent = 200 if priced else 100
+
+    async def canceled() -> dict[str, Any] | None:
+        s = await status(server, rid)
+        return s if s["status"] == {"canceled": sent} else None
+
+    await eventually(canceled)
+    await eventually(lambda: len(rec.replayed(rid)) >= sent)
     await asyncio.sleep(0.5)
-    assert [n["eventId"] for n in rec.replayed(rid)] == list(range(1, 201))
+    assert [n["eventId"] for n in rec.replayed(rid)] == list(range(1, sent + 1))
+    assert (await status(server, rid))["status"] == {"canceled": sent}
+
+
+def _per_event(price: int) -> dict[str, Any]:
+    return {"Class": [{"name": "perEvent", "value": {"Nat": price}, "immutable": False},
+                      {"name": "currency", "value": {"Text": "credits"}, "immutable": False}]}
 
 
 async def test_register_errors(server_factory: Callable[..., ServerProcess], endpoints: Any) -> None:
@@ -325,6 +357,34 @@ async def test_replayed_notifications_are_retried_dead_lettered_and_redriven(
         return (stats["icrc77:replay:stats:deadLettered"], stats["icrc77:replay:stats:confirmed"]) == (0, 3)
 
     await eventually(settled)
+
+
+async def test_items_answered_err_in_a_replay_push_are_pushed_again_under_their_ids(
+    server: ServerProcess, endpoints: Any
+) -> None:
+    rec = Recorder()
+    rec.refuse_once = {3, 150, 151, 299}
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 300)
+    rid = (await register(server, 1, 301))["Ok"]
+    s = await done(server, rid)
+    assert s["status"] == {"completed": 300}
+
+    async def settled() -> dict[str, Any] | None:
+        st = (await status(server, rid))["stats"]
+        return st if st["icrc77:replay:stats:confirmed"] == 300 else None
+
+    stats = await eventually(settled)
+    assert (stats["icrc77:replay:stats:sent"], stats["icrc77:replay:stats:deadLettered"]) == (300, 0)
+    got = rec.replayed(rid)
+    assert sorted(n["eventId"] for n in got) == list(range(1, 301))  # each taken once
+    ids = {n["eventId"]: n["id"] for n in got}
+    assert len(set(ids.values())) == 300
+    # The ids follow the events, those pushed again included: event k is base + k - 1.
+    assert {ids[k] - k for k in ids} == {ids[1] - 1}
+    assert rec.refuse_once == set()
+    await asyncio.sleep(0.3)
+    assert len(rec.replayed(rid)) == 300
 
 
 # -- 6: pricing ---------------------------------------------------------------------------

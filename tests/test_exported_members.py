@@ -52,5 +52,6 @@ def test_store_interface_methods() -> None:
         "deliveries", "add_stats", "stats", "stat_keys",
         "load_schemas", "create_schema", "save_schema", "put_schema_setting", "schema_changes", "trim_events",
         "create_replay", "list_replays", "get_replays", "move_replay", "record_replay_batch", "replay_events",
+        "replay_id_base", "record_replay_confirmed",
         "replay_counts", "sweep_replay_notes", "read_range", "last_event_id", "fund_credit", "credit_balance",
     }

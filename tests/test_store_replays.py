@@ -125,3 +125,100 @@ async def test_credit_ledger(store: Store) -> None:
     with pytest.raises(InsufficientCredit):
         await store.fund_credit("bob", -7)
     assert await store.credit_balance("bob") == 6
+
+
+async def test_a_replays_kept_ids_are_taken_once_and_never_given_again(store: Store) -> None:
+    events = await store.append([ev("a.b", i) for i in range(4)])
+    s = await store.create_subscription(sub())
+    first = await store.open_notifications(s.id, events[:1], events[0].seq)
+    r1 = await _replay(store, s.id, state="running")
+    r2 = await _replay(store, s.id, state="running")
+    base = await store.replay_id_base(r1.id, 3)
+    assert base > first[-1]
+    assert await store.replay_id_base(r1.id, 3) == base  # the same block on every call
+    other = await store.replay_id_base(r2.id, 2)
+    assert other >= base + 3
+    later = await store.open_notifications(s.id, events[1:3], events[2].seq)
+    assert later[0] >= other + 2
+    recorded = await store.record_replay_batch(r1.id, s.id, [copy_of(events[3], r1.id)], 1, now=1)
+    assert recorded is not None and recorded[0] > later[-1]
+    # A batch recorded under kept ids: they are its pending notifications' ids.
+    kept = await store.record_replay_batch(
+        r2.id, s.id, [copy_of(e, r2.id) for e in events[:2]], 2, now=2, ids=[other, other + 1]
+    )
+    assert kept == [other, other + 1]
+    assert [p.id for p in await store.pending(s.id) if p.id in kept] == kept
+    assert set(await store.replay_events(kept)) == set(kept)
+
+
+async def test_a_confirmed_replay_batch_records_deliveries_position_debit_and_stats_at_once(store: Store) -> None:
+    events = await store.append([ev("a.b", i) for i in range(3)])
+    s = await store.create_subscription(sub())
+    r = await _replay(store, s.id, price=2)
+    copies = [copy_of(e, r.id) for e in events[:2]]
+    base = await store.replay_id_base(r.id, 3)
+    ids = [base, base + 1]
+    pairs = list(zip(ids, copies, strict=True))
+    stat = [Stat("subscription", str(s.id), "n", 2)]
+    # no such replay: nothing written
+    assert await store.record_replay_confirmed(r.id + 1, s.id, pairs, 2, stat, created_at=3, now=4) is False
+    await store.move_replay(r.id, "running", from_states=["pending"], now=1)
+    with pytest.raises(InsufficientCredit):
+        await store.record_replay_confirmed(r.id, s.id, pairs, 2, stat, created_at=3, now=4)
+    assert await store.deliveries() == []
+    (rec,) = await store.get_replays([r.id])
+    assert (rec.position, rec.sent, rec.charged) == (0, 0, 0)
+    await store.fund_credit("alice", 5)
+    assert await store.record_replay_confirmed(r.id, s.id, pairs, 2, stat, created_at=3, now=4) is True
+    (rec,) = await store.get_replays([r.id])
+    assert (rec.position, rec.sent, rec.charged) == (2, 2, 4)
+    assert await store.credit_balance("alice") == 1
+    assert (await store.stats("subscription", str(s.id)))["n"] == 2
+    assert await store.pending(s.id) == []  # nothing is left to send
+    assert await store.replay_events(ids) == {}
+    records = await store.deliveries()
+    assert [
+        (d.notification_id, d.subscription_id, d.subscriber, d.namespace, d.seq, d.event_id, d.source,
+         d.event_timestamp, d.created_at, d.settled_at, d.attempts, d.outcome, d.replay)
+        for d in records
+    ] == [
+        (i, s.id, "alice", "a.b", e.seq, e.id, e.source, e.timestamp, 3, 4, 1, "confirmed", True)
+        for i, e in pairs
+    ]
+    assert records[0].serial < records[1].serial
+    counts = (await store.replay_counts([r.id]))[r.id]
+    assert (counts.pending, counts.dead_lettered) == (0, 0)
+    # A push confirmed after a cancel and the subscription's deletion still counts: what
+    # was sent is not recalled.
+    await store.move_replay(r.id, "canceled", from_states=["running"], now=5)
+    await store.delete_subscription(s.id)
+    await store.fund_credit("alice", 1)
+    more = [(base + 2, copy_of(events[2], r.id))]
+    assert await store.record_replay_confirmed(r.id, s.id, more, 3, created_at=5, now=6) is True
+    (rec,) = await store.get_replays([r.id])
+    assert (rec.state, rec.position, rec.sent, rec.charged) == ("canceled", 3, 3, 6)
+    last = (await store.deliveries())[-1]
+    assert (last.notification_id, last.subscriber, last.event_id) == (more[0][0], "", events[2].id)
+
+
+async def test_kept_ids_outlive_a_restart(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tidings.store import SQLiteStore
+
+    path = Path(str(tmp_path)) / "r.db"
+    first = SQLiteStore(path)
+    await first.open()
+    s = await first.create_subscription(sub())
+    r = await _replay(first, s.id)
+    base = await first.replay_id_base(r.id, 5)
+    await first.close()
+    again = SQLiteStore(path)
+    await again.open()
+    try:
+        assert await again.replay_id_base(r.id, 5) == base
+        events = await again.append([ev("a.b")])
+        (nid,) = await again.open_notifications(s.id, events, events[0].seq)
+        assert nid > base + 4
+    finally:
+        await again.close()

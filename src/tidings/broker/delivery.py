@@ -330,15 +330,18 @@ class Delivery:
         out.update((p.id, by_seq[p.seq]) for p in notes if p.id not in copies and p.seq in by_seq)
         return out
 
-    async def push(self, sub_id: int, notes: Sequence[tuple[int, StoredEvent]], created_at: int) -> bool:
+    async def push(
+        self, sub_id: int, notes: Sequence[tuple[int, StoredEvent]], created_at: int, attempts: int = 0
+    ) -> bool:
         """Push notifications recorded outside the live path (a replay's) through the
         subscription's own retry, confirmation and dead-letter handling, beside its live
-        batches. False when the subscription is gone, or ended by this push."""
+        batches; ``attempts``: tries they already had. False when the subscription is gone,
+        or ended by this push."""
         w = self._workers.get(sub_id)
         if w is None:
             return False
         await w.resumed.wait()  # what the worker's start resent is not pushed again
-        batch = [Note(i, e, 0, created_at) for i, e in notes if i not in w.resent]
+        batch = [Note(i, e, attempts, created_at) for i, e in notes if i not in w.resent]
         try:
             if batch:
                 await w.deliver(batch)

@@ -44,7 +44,7 @@ from ..core.wire_replay import (
 )
 from ..errors import Forbidden, Unavailable
 from ..settings import Settings
-from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
+from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Store, StoredEvent, SubscriptionRecord
 from .delivery import Delivery
 from .orchestrator import Orchestrator
 from .replay_flow import InFlight, ReadAhead
@@ -289,7 +289,7 @@ class Replays:
             self._active.pop(rid, None)
             return
         self._active[rid] = rec
-        inflight = InFlight(self._delivery, rec.subscription_id)
+        inflight = InFlight(self._delivery, self._store, rec, lambda: rid in self._stop)
         try:
             problem = await self._send_range(rec, inflight)
         except asyncio.CancelledError:
@@ -324,7 +324,8 @@ class Replays:
     ) -> str | None:
         rid, ns = rec.id, rec.namespace
         pairs = rules.replay_pairs(rid, end_id)
-        while rec.position < rec.to_id - 1 and rid not in self._stop:
+        at = rec.position  # read this far; ``rec.position`` moves as batches are recorded
+        while at < rec.to_id - 1 and rid not in self._stop:
             sub = self._orch.subscriptions.get(rec.subscription_id)
             if sub is None:
                 return f"subscription {rec.subscription_id} ended"
@@ -340,24 +341,22 @@ class Replays:
                 conf = rules.ReplayConfig.read(rec.config, sub.config)
             except rules.ReplayRuleError as e:
                 return e.message
-            events, upto = await ahead.read(rec.position, conf.filter)
+            events, upto = await ahead.read(at, conf.filter)
             if upto < rec.to_id - 1:
                 ahead.start(upto, conf.filter)  # the next read runs while this one is recorded and pushed
             if conf.rules.predicate is not None or conf.rules.skip is not None:
                 events = [e for e in events if conf.rules.passes(e.id, _data(conf.rules, e))]
             batches = [events[i : i + size] for i in range(0, len(events), size)] or [[]]
+            direct = sub.mode == "trusted" and rec.price == 0  # nothing to charge before the push
             for k, batch in enumerate(batches):
-                position = upto if k == len(batches) - 1 else batch[-1].id
+                at = upto if k == len(batches) - 1 else batch[-1].id
                 copies = [_with_headers(e, pairs) for e in batch]
                 now = time.time_ns()
-                ids = await self._store.record_replay_batch(
-                    rid, sub.id, copies, position, _stats(sub, len(copies)), now=now
-                )
-                if ids is None:  # canceled (then nothing changes), or the subscription went
+                # The next batch is read and recorded (or reserved) while this one is pushed.
+                sent = await (inflight.send_direct if direct else inflight.send)(sub, copies, at, now)
+                if sent is None:  # canceled (then nothing changes), or the subscription went
                     return None if rid in self._stop else f"subscription {sub.id} ended"
-                rec.position, rec.sent = position, rec.sent + len(ids)
-                # The next batch is recorded while this one is pushed; one push in flight.
-                if ids and not await inflight.send(list(zip(ids, copies, strict=True)), now):
+                if not sent:
                     return f"subscription {sub.id} ended"
                 if rid in self._stop:
                     return None  # cancel stops enqueuing; what was recorded is pushed
@@ -485,12 +484,3 @@ def _detail(u: ReplayStatusUpdate) -> str:
 
 def _with_headers(e: StoredEvent, pairs: bytes) -> StoredEvent:
     return msgspec.structs.replace(e, headers=rules.append_pairs(e.headers, pairs))
-
-
-def _stats(sub: SubscriptionRecord, n: int) -> list[Stat]:
-    if not n:
-        return []
-    return [
-        Stat("subscription", str(sub.id), "icrc77:subscription:stats:replayed", n),
-        Stat("subscriber", sub.subscriber, "icrc77:subscriber:stats:replayed", n),
-    ]

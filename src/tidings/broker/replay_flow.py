@@ -4,12 +4,15 @@ at most one push in flight (:mod:`.replay`)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from ..store import StoredEvent
+from ..store import ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
+from .accounting import event_stats
 from .delivery import Delivery
+from .redelivery import Note
 from .replay_source import ReplaySource
 
-__all__ = ["InFlight", "ReadAhead"]
+__all__ = ["InFlight", "ReadAhead", "replayed"]
 
 
 class ReadAhead:
@@ -49,19 +52,64 @@ class ReadAhead:
 
 class InFlight:
     """At most one push of a replay in flight: the next batch is read and recorded
-    meanwhile, and batches still arrive in order."""
+    meanwhile, and batches still arrive in order.
 
-    def __init__(self, delivery: Delivery, sub_id: int) -> None:
+    A batch goes one of two ways:
+
+    * :meth:`send`: recorded first (pending notifications with their event copies, the
+      position moved), then pushed through the subscription's retries;
+    * :meth:`send_direct` (a ``trusted`` subscription, a replay with no price): pushed
+      first, under the ids the replay keeps (``Store.replay_id_base``), and once the
+      endpoint confirms it, recorded as delivered with the position moved, in one write.
+      No pending row, event copy, deletion or sweep per event. A crash before that write
+      leaves the position where it was, so the batch is pushed again under the same
+      notification ids: at least once, as before. What the endpoint does not take goes
+      the first way, under the same ids. BENCHMARKS.md, "Hot replay without rows".
+
+    The position only moves in push order: a recorded batch waits for the direct push
+    before it (:meth:`send`), whose position is written only once it is confirmed."""
+
+    def __init__(self, delivery: Delivery, store: Store, rec: ReplayRecord, stopped: Callable[[], bool]) -> None:
         self._delivery = delivery
-        self._sub_id = sub_id
+        self._store = store
+        self._rec = rec
+        self._stopped = stopped
+        """Canceled or stopped from outside: nothing more is pushed."""
         self._task: asyncio.Task[bool] | None = None
+        self._direct = False
+        self._base: int | None = None
 
-    async def send(self, notes: list[tuple[int, StoredEvent]], created_at: int) -> bool:
-        """Start pushing ``notes`` once the previous push is done; False if that one found
-        the subscription gone."""
+    async def send(self, sub: SubscriptionRecord, copies: list[StoredEvent], position: int, now: int) -> bool | None:
+        """Record ``copies`` and start pushing them once the previous push is done. None
+        when the store refused the batch (the replay is no longer running, or the
+        subscription is gone); False if the previous push found the subscription gone."""
+        if self._direct and not await self.wait():
+            return False  # a direct push's position is written when it is confirmed: keep the order
+        ids = await self._record(sub, copies, position, now)
+        if ids is None:
+            return None
+        if not ids:
+            return True
         if not await self.wait():
             return False
-        self._task = asyncio.create_task(self._delivery.push(self._sub_id, notes, created_at))
+        self._direct = False
+        self._task = asyncio.create_task(self._delivery.push(sub.id, list(zip(ids, copies, strict=True)), now))
+        return True
+
+    async def send_direct(self, sub: SubscriptionRecord, copies: list[StoredEvent], position: int, now: int) -> bool:
+        """Push ``copies`` under their kept ids once the previous push is done, and record
+        them when confirmed; False if the previous push found the subscription gone or
+        its batch refused."""
+        rec = self._rec
+        if self._base is None:
+            self._base = await self._store.replay_id_base(rec.id, rec.to_id - rec.from_id)
+        ids = [self._base + e.id - rec.from_id for e in copies]
+        if not await self.wait():
+            return False
+        if self._stopped():
+            return True  # canceled while the previous push was out: this batch is not sent
+        self._direct = True
+        self._task = asyncio.create_task(self._push_direct(sub, list(zip(ids, copies, strict=True)), position, now))
         return True
 
     async def wait(self) -> bool:
@@ -71,3 +119,56 @@ class InFlight:
     def cancel(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+    async def _record(
+        self, sub: SubscriptionRecord, copies: list[StoredEvent], position: int, now: int,
+        kept: list[int] | None = None,
+    ) -> list[int] | None:
+        rec = self._rec
+        stats = replayed(sub, len(copies))
+        ids = await self._store.record_replay_batch(rec.id, sub.id, copies, position, stats, now=now, ids=kept)
+        if ids is not None:
+            rec.position, rec.sent = position, rec.sent + len(ids)
+        return ids
+
+    async def _push_direct(
+        self, sub: SubscriptionRecord, pairs: list[tuple[int, StoredEvent]], position: int, now: int
+    ) -> bool:
+        rec, w = self._rec, self._delivery.worker(sub.id)
+        if w is None:
+            return False
+        notes = [Note(i, e, 0, now) for i, e in pairs]
+        failed = await w.push_once(notes) if notes else set()
+        if failed is None:  # not taken: the usual way, with the subscription's retries
+            copies = [e for _, e in pairs]
+            ids = await self._record(sub, copies, position, now, [i for i, _ in pairs])
+            tried = notes[0].attempts if notes else 0
+            return ids is not None and await self._delivery.push(
+                sub.id, list(zip(ids, copies, strict=True)), now, tried
+            )
+        ok = [p for k, p in enumerate(pairs) if k not in failed]
+        events = [e for _, e in ok]
+        stats = [*replayed(sub, len(ok))]
+        if ok:
+            stats += [*event_stats(sub, events, "confirmations"), *event_stats(sub, events, "notifications")]
+        at = position if not failed else rec.position  # what was answered Err moves it, recorded below
+        if not await self._store.record_replay_confirmed(
+            rec.id, sub.id, ok, at, stats, created_at=now, now=self._delivery.now_ns()
+        ):
+            return False
+        rec.position, rec.sent = at, rec.sent + len(ok)
+        if not failed:
+            return True
+        rest = [pairs[k][1] for k in sorted(failed)]
+        ids = await self._record(sub, rest, position, now, [pairs[k][0] for k in sorted(failed)])
+        return ids is not None and await self._delivery.push(sub.id, list(zip(ids, rest, strict=True)), now, 1)
+
+
+def replayed(sub: SubscriptionRecord, n: int) -> list[Stat]:
+    """The counters of ``n`` events replayed to ``sub``."""
+    if not n:
+        return []
+    return [
+        Stat("subscription", str(sub.id), "icrc77:subscription:stats:replayed", n),
+        Stat("subscriber", sub.subscriber, "icrc77:subscriber:stats:replayed", n),
+    ]

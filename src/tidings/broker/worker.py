@@ -323,6 +323,24 @@ class Worker(Redelivery):
                 failures += 1
                 await self.d.sleep(self._backoff().delay(failures, self.d.random()))
 
+    async def push_once(self, batch: list[Note]) -> set[int] | None:
+        """One push of a batch recorded nowhere yet (a replay's, ``replay_flow``), with no
+        retry: the indexes the endpoint answered ``Err`` for, or None when it did not take
+        the batch (stopped, back-pressure, no answer, an error answer). A push that was
+        tried counts an attempt on each note; the caller then records what is left for
+        :meth:`deliver` and its retries."""
+        if self._stopped():
+            return None
+        outcome, answer, _, _ = await self.d.post(self.sub, batch, self._conf())
+        if outcome is not Outcome.BACK_PRESSURE:
+            for n in batch:
+                n.attempts += 1
+        if outcome is not Outcome.ACK:
+            return None
+        failed = failed_items(answer, len(batch))
+        self.d.metrics.notifications_sent += len(batch) - len(failed)
+        return failed
+
     def _settle(self, done: list[Note]) -> None:
         """Settle confirmed notifications without holding up the next push.
 

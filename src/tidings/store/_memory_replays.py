@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from ._deliveries import DeliveryRecord
 from ._memory_state import MemoryState
 from ._records import PendingNotification, Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
@@ -74,34 +75,88 @@ class MemoryReplayStore(MemoryState, ReplayStore):
         stats: Iterable[Stat] = (),
         *,
         now: int,
+        ids: Sequence[int] | None = None,
     ) -> list[int] | None:
         self._check()
         stats = list(stats)
         st = self._replay_state()
-        r = st["replays"].get(replay_id)
-        if r is None or r.state != "running" or subscription_id not in self._subs:
+        r = self._debit(replay_id, subscription_id, len(events))
+        if r is None:
             return None
-        debit = r.price * len(events)
-        if debit and st["credits"].get(r.requester, 0) < debit:
-            raise InsufficientCredit(f"{r.requester}'s credit does not cover {debit}")
-        if debit:
-            st["credits"][r.requester] -= debit
+        kept = None if ids is None else iter(ids)
         ids = []
         for e in events:
-            self._last_note_id += 1
-            nid = self._last_note_id
+            if kept is None:
+                self._last_note_id += 1
+            nid = self._last_note_id if kept is None else next(kept)
             self._notes[nid] = PendingNotification(
                 id=nid, subscription_id=subscription_id, seq=e.seq, namespace=e.namespace, created_at=now
             )
             st["notes"][nid] = (replay_id, e)
             ids.append(nid)
-        r.position, r.sent, r.charged, r.updated_at = position, r.sent + len(events), r.charged + debit, now
+        r.position, r.sent, r.updated_at = position, r.sent + len(events), now
+        self._count(stats)
+        return ids
+
+    def _debit(self, replay_id: int, subscription_id: int, n: int, *, done: bool = False) -> ReplayRecord | None:
+        """As ``_sqlite_replays._debit``: pushes already ``done`` only need the replay."""
+        st = self._replay_state()
+        r = st["replays"].get(replay_id)
+        if r is None or (not done and (r.state != "running" or subscription_id not in self._subs)):
+            return None
+        debit = r.price * n
+        if debit and st["credits"].get(r.requester, 0) < debit:
+            raise InsufficientCredit(f"{r.requester}'s credit does not cover {debit}")
+        if debit:
+            st["credits"][r.requester] -= debit
+            r.charged += debit
+        return r
+
+    def _count(self, stats: Iterable[Stat]) -> None:
         for s in stats:
             k = (s.scope, s.key, s.name)
             self._stats[k] = self._stats.get(k, 0) + s.delta
             if self._stats[k] == 0:
                 del self._stats[k]
-        return ids
+
+    async def replay_id_base(self, replay_id: int, n: int) -> int:
+        self._check()
+        bases = self._replay_state().setdefault("bases", {})
+        if replay_id not in bases:
+            bases[replay_id] = self._last_note_id + 1
+            self._last_note_id += n
+        return int(bases[replay_id])
+
+    async def record_replay_confirmed(
+        self,
+        replay_id: int,
+        subscription_id: int,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        position: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> bool:
+        self._check()
+        stats = list(stats)
+        r = self._debit(replay_id, subscription_id, len(confirmed), done=True)
+        if r is None:
+            return False
+        sub = self._subs.get(subscription_id)
+        subscriber = "" if sub is None else sub.subscriber
+        self._deliveries.extend(
+            DeliveryRecord(
+                serial=len(self._deliveries) + k + 1, notification_id=i, subscription_id=subscription_id,
+                subscriber=subscriber, namespace=e.namespace, seq=e.seq, event_id=e.id, source=e.source,
+                event_timestamp=e.timestamp, created_at=created_at, settled_at=now, attempts=1,
+                outcome="confirmed", replay=True,
+            )
+            for k, (i, e) in enumerate(confirmed)
+        )
+        r.position, r.sent, r.updated_at = position, r.sent + len(confirmed), now
+        self._count(stats)
+        return True
 
     async def replay_events(self, notification_ids: Sequence[int]) -> dict[int, StoredEvent]:
         self._check()

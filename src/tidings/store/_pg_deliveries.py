@@ -17,13 +17,14 @@ from ._deliveries import DeliveryRecord
 from ._pg_db import DL_COLS, DL_FIELDS, PgAccess, apply_stats, stat_rows
 from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
 
-__all__ = ["PgDeliveryStore", "insert_notifications"]
+__all__ = ["DELIVERY_INSERT", "PgDeliveryStore", "insert_notifications"]
 
 _COLUMNS: Final = (
     "serial, notification_id, subscription_id, subscriber, namespace, seq, event_id, source, event_timestamp, "
     "created_at, settled_at, attempts, outcome, replay"
 )
 _INSERT: Final = f"INSERT INTO deliveries({_COLUMNS.removeprefix('serial, ')})"
+DELIVERY_INSERT: Final = _INSERT
 _EVENT: Final = "LEFT JOIN events e ON e.seq = {t}.seq LEFT JOIN replay_notes r ON r.id = {t}.id"
 _SETTLED: Final = (
     f"{_INSERT} SELECT n.id, n.subscription_id, COALESCE(s.subscriber, ''), n.namespace, n.seq, "
@@ -56,12 +57,17 @@ def _pending(r: asyncpg.Record) -> PendingNotification:
 
 
 async def insert_notifications(
-    c: asyncpg.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int
+    c: asyncpg.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int,
+    ids: Sequence[int] | None = None,
 ) -> list[int]:
-    """Insert pending notifications for ``events``; their ids, increasing in event order."""
-    ids = sorted(r[0] for r in await c.fetch(
-        "SELECT nextval('notifications_id_seq') FROM generate_series(1, $1)", len(events)
-    ))
+    """Insert pending notifications for ``events`` under ``ids``, or new ones increasing in
+    event order; their ids."""
+    if ids is None:
+        ids = sorted(r[0] for r in await c.fetch(
+            "SELECT nextval('notifications_id_seq') FROM generate_series(1, $1)", len(events)
+        ))
+    else:
+        ids = list(ids)
     await c.execute(
         "INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent) "
         "SELECT i, $2, s, ns, $5, false FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS x(i, s, ns)",

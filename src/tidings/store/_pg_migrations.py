@@ -250,10 +250,18 @@ CREATE TABLE cluster_secrets (
 );
 """
 
+_V4: Final = """
+CREATE TABLE replay_ids (
+    replay_id bigint PRIMARY KEY,
+    base bigint NOT NULL
+);
+"""
+
 MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
     (1, "the registry, the event log, deliveries, statistics, replays and schemas", _V1),
     (2, "broadcasters and their leases, for several broadcasters on one database", _V2),
     (3, "the secret broadcasters sign the publishes they forward to each other with", _V3),
+    (4, "the notification ids kept for each replay, so a batch pushed again keeps its ids", _V4),
 )
 """(version, what it does, SQL), in order."""
 

@@ -10,7 +10,7 @@ import msgspec
 
 from ._cluster import CHANGE_REGISTRY
 from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
-from ._pg_deliveries import insert_notifications
+from ._pg_deliveries import DELIVERY_INSERT, insert_notifications
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
 
@@ -27,6 +27,37 @@ def _record(r: Any) -> ReplayRecord:
     d = dict(zip(_FIELDS, r, strict=True))
     d["config"] = msgspec.json.decode(d["config"])
     return ReplayRecord(**d)
+
+
+async def _debit(
+    c: asyncpg.Connection, replay_id: int, subscription_id: int, n: int, *, done: bool = False
+) -> str | None:
+    """Debit a replay's requester for ``n`` events; the subscriber, or None (nothing
+    written): the replay is not running or the subscription is gone, or, for pushes
+    already ``done``, the replay does not exist (the subscriber is then ``''`` if gone)."""
+    row = await c.fetchrow("SELECT state, requester, price FROM replays WHERE id = $1 FOR UPDATE", replay_id)
+    if row is None or (row[0] != "running" and not done):
+        return None
+    subscriber = await c.fetchval("SELECT subscriber FROM subscriptions WHERE id = $1 FOR SHARE", subscription_id)
+    if subscriber is None and not done:
+        return None
+    debit = row[2] * n
+    if debit:
+        took = await c.fetchval(
+            "UPDATE credits SET balance = balance - $1 WHERE principal = $2 AND balance >= $1 RETURNING true",
+            debit, row[1],
+        )
+        if not took:
+            raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
+        await c.execute("UPDATE replays SET charged = charged + $1 WHERE id = $2", debit, replay_id)
+    return "" if subscriber is None else str(subscriber)
+
+
+async def _advance(c: asyncpg.Connection, replay_id: int, position: int, sent: int, now: int) -> None:
+    await c.execute(
+        "UPDATE replays SET position = $1, sent = sent + $2, updated_at = $3 WHERE id = $4",
+        position, sent, now, replay_id,
+    )
 
 
 class PgReplayStore(PgAccess, ReplayStore):
@@ -96,24 +127,15 @@ class PgReplayStore(PgAccess, ReplayStore):
         stats: Iterable[Stat] = (),
         *,
         now: int,
+        ids: Sequence[int] | None = None,
     ) -> list[int] | None:
         rows = stat_rows(stats)
+        kept = None if ids is None else list(ids)
 
         async def job(c: asyncpg.Connection) -> list[int] | None:
-            row = await c.fetchrow("SELECT state, requester, price FROM replays WHERE id = $1 FOR UPDATE", replay_id)
-            if row is None or row[0] != "running":
+            if await _debit(c, replay_id, subscription_id, len(events)) is None:
                 return None
-            if await c.fetchval("SELECT 1 FROM subscriptions WHERE id = $1 FOR SHARE", subscription_id) is None:
-                return None
-            debit = row[2] * len(events)
-            if debit:
-                took = await c.fetchval(
-                    "UPDATE credits SET balance = balance - $1 WHERE principal = $2 AND balance >= $1 RETURNING true",
-                    debit, row[1],
-                )
-                if not took:
-                    raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
-            ids = await insert_notifications(c, subscription_id, events, now) if events else []
+            ids = await insert_notifications(c, subscription_id, events, now, kept) if events else []
             if events:
                 await c.executemany(
                     "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
@@ -121,13 +143,59 @@ class PgReplayStore(PgAccess, ReplayStore):
                     [(i, replay_id, e.seq, e.namespace, e.id, e.prev_id, e.timestamp, e.source, e.headers, e.data)
                      for i, e in zip(ids, events, strict=True)],
                 )
-            await c.execute(
-                "UPDATE replays SET position = $1, sent = sent + $2, charged = charged + $3, updated_at = $4 "
-                "WHERE id = $5",
-                position, len(events), debit, now, replay_id,
-            )
+            await _advance(c, replay_id, position, len(events), now)
             await apply_stats(c, rows)
             return ids
+
+        return await self._tx(job)
+
+    async def replay_id_base(self, replay_id: int, n: int) -> int:
+        async def job(c: asyncpg.Connection) -> int:
+            kept = await c.fetchval("SELECT base FROM replay_ids WHERE replay_id = $1 FOR UPDATE", replay_id)
+            if kept is not None:
+                return int(kept)
+            # A block of the sequence: ALTER SEQUENCE holds a lock that makes every other
+            # nextval wait for this commit, so no number in the block is handed out.
+            await c.execute("ALTER SEQUENCE notifications_id_seq INCREMENT BY 1")
+            base = int(await c.fetchval("SELECT nextval('notifications_id_seq')"))
+            if n > 1:
+                await c.execute("SELECT setval('notifications_id_seq', $1)", base + n - 1)
+            await c.execute(
+                "INSERT INTO replay_ids(replay_id, base) VALUES ($1, $2) ON CONFLICT (replay_id) DO NOTHING",
+                replay_id, base,
+            )
+            return int(await c.fetchval("SELECT base FROM replay_ids WHERE replay_id = $1", replay_id))
+
+        return await self._tx(job)
+
+    async def record_replay_confirmed(
+        self,
+        replay_id: int,
+        subscription_id: int,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        position: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> bool:
+        rows = stat_rows(stats)
+
+        async def job(c: asyncpg.Connection) -> bool:
+            subscriber = await _debit(c, replay_id, subscription_id, len(confirmed), done=True)
+            if subscriber is None:
+                return False
+            await c.execute(
+                f"{DELIVERY_INSERT} SELECT i, $2, $3, ns, s, eid, src, ts, $8, $9, 1, 'confirmed', true "
+                "FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $10::bigint[]) "
+                "AS x(i, ns, s, eid, src, ts)",
+                [i for i, _ in confirmed], subscription_id, subscriber, [e.namespace for _, e in confirmed],
+                [e.seq for _, e in confirmed], [e.id for _, e in confirmed], [e.source for _, e in confirmed],
+                created_at, now, [e.timestamp for _, e in confirmed],
+            )
+            await _advance(c, replay_id, position, len(confirmed), now)
+            await apply_stats(c, rows)
+            return True
 
         return await self._tx(job)
 

@@ -95,14 +95,50 @@ class ReplayStore(ABC):
         stats: Iterable[Stat] = (),
         *,
         now: int,
+        ids: Sequence[int] | None = None,
     ) -> list[int] | None:
         """In one transaction: record ``events`` (copies, replay headers included) as
         pending notifications of the subscription, keep their copies, move the replay's
-        position and ``sent``, and debit its requester ``price`` per event.
+        position and ``sent``, and debit its requester ``price`` per event. The
+        notifications take ``ids`` (kept for the replay, :meth:`replay_id_base`) when
+        given, else new ones.
 
         Nothing is written and None is returned when the replay is not ``running`` or the
         subscription is gone; :class:`InsufficientCredit` is raised (nothing written)
         when the credit does not cover the batch. With no events, only the position moves.
+        """
+
+    @abstractmethod
+    async def replay_id_base(self, replay_id: int, n: int) -> int:
+        """The first of ``n`` notification ids kept for a replay: taken on the first call
+        (durably, before this returns: no other notification gets them, a crash and
+        restart included) and the same on every later call. The replay's event with id
+        ``from_id + k`` is pushed as notification ``base + k``, so a batch pushed again
+        after a crash keeps its notification ids (:meth:`record_replay_confirmed`)."""
+
+    @abstractmethod
+    async def record_replay_confirmed(
+        self,
+        replay_id: int,
+        subscription_id: int,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        position: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> bool:
+        """In one transaction, for a replay batch already pushed under its kept ids and
+        confirmed by the endpoint: a ``confirmed`` delivery record (replay, one attempt)
+        per ``(notification id, event copy)``, the replay's position and ``sent`` moved,
+        its requester debited ``price`` per event, and ``stats`` applied. No pending
+        notification or event copy is written: nothing is left to send.
+
+        The pushes happened, so they are recorded whatever the replay's state now (a cancel
+        does not recall what was sent) and if the subscription is gone meanwhile (the
+        subscriber is then recorded as ``''``). Nothing is written and False is returned
+        only when the replay does not exist; :class:`InsufficientCredit` is raised
+        (nothing written) when the credit does not cover the batch.
         """
 
     @abstractmethod

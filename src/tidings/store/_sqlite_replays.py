@@ -12,6 +12,8 @@ import msgspec
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
 from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows
+from ._sqlite_deliveries import COLUMNS as DELIVERY_COLUMNS
+from ._sqlite_writer import lazy
 
 __all__ = ["REPLAY_DDL", "SQLiteReplayStore"]
 
@@ -50,6 +52,10 @@ CREATE TABLE IF NOT EXISTS replay_notes (
     data BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS replay_notes_replay ON replay_notes(replay_id, id);
+CREATE TABLE IF NOT EXISTS replay_ids (
+    replay_id INTEGER PRIMARY KEY,
+    base INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS credits (
     principal TEXT PRIMARY KEY,
     balance INTEGER NOT NULL
@@ -82,6 +88,34 @@ def _stats(c: sqlite3.Connection, stats: Iterable[Stat]) -> None:
             "ON CONFLICT(scope, key, name) DO UPDATE SET value = value + excluded.value",
             rows,
         )
+
+
+def _debit(c: sqlite3.Connection, replay_id: int, subscription_id: int, n: int, *, done: bool = False) -> str | None:
+    """Debit a replay's requester for ``n`` events; the subscriber, or None (nothing
+    written): the replay is not running or the subscription is gone, or, for pushes
+    already ``done``, the replay does not exist (the subscriber is then ``''`` if gone)."""
+    row = c.execute("SELECT state, requester, price FROM replays WHERE id = ?", (replay_id,)).fetchone()
+    if row is None or (row[0] != "running" and not done):
+        return None
+    sub = c.execute("SELECT subscriber FROM subscriptions WHERE id = ?", (subscription_id,)).fetchone()
+    if sub is None and not done:
+        return None
+    debit = row[2] * n
+    if debit:
+        cur = c.execute(
+            "UPDATE credits SET balance = balance - ? WHERE principal = ? AND balance >= ?", (debit, row[1], debit)
+        )
+        if cur.rowcount == 0:
+            raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
+        c.execute("UPDATE replays SET charged = charged + ? WHERE id = ?", (debit, replay_id))
+    return "" if sub is None else str(sub[0])
+
+
+def _advance(c: sqlite3.Connection, replay_id: int, position: int, sent: int, now: int) -> None:
+    c.execute(
+        "UPDATE replays SET position = ?, sent = sent + ?, updated_at = ? WHERE id = ?",
+        (position, sent, now, replay_id),
+    )
 
 
 def _marks(n: int) -> str:
@@ -173,39 +207,86 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
         stats: Iterable[Stat] = (),
         *,
         now: int,
+        ids: Sequence[int] | None = None,
     ) -> list[int] | None:
         stats = list(stats)
+        kept = None if ids is None else list(ids)
 
         def job(c: sqlite3.Connection, w: object) -> list[int] | None:
-            row = c.execute("SELECT state, requester, price FROM replays WHERE id = ?", (replay_id,)).fetchone()
-            if row is None or row[0] != "running":
+            if _debit(c, replay_id, subscription_id, len(events)) is None:
                 return None
-            if c.execute("SELECT 1 FROM subscriptions WHERE id = ?", (subscription_id,)).fetchone() is None:
-                return None
-            debit = row[2] * len(events)
-            if debit:
-                cur = c.execute(
-                    "UPDATE credits SET balance = balance - ? WHERE principal = ? AND balance >= ?",
-                    (debit, row[1], debit),
+            if kept is None:
+                ids = insert_notifications(c, subscription_id, events, now) if events else []
+            else:
+                ids = kept
+                insert_rows(
+                    c, "INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent) VALUES ",
+                    "(?, ?, ?, ?, ?, 0)",
+                    [(i, subscription_id, e.seq, e.namespace, now) for i, e in zip(ids, events, strict=True)],
                 )
-                if cur.rowcount == 0:
-                    raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
-            ids = insert_notifications(c, subscription_id, events, now) if events else []
             insert_rows(
                 c, "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
                 "headers, data) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(i, replay_id, e.seq, e.namespace, e.id, e.prev_id, e.timestamp, e.source, e.headers, e.data)
                  for i, e in zip(ids, events, strict=True)],
             )
-            c.execute(
-                "UPDATE replays SET position = ?, sent = sent + ?, charged = charged + ?, updated_at = ? "
-                "WHERE id = ?",
-                (position, len(events), debit, now, replay_id),
-            )
+            _advance(c, replay_id, position, len(events), now)
             _stats(c, stats)
             return ids
 
         fut: asyncio.Future[list[int] | None] = self._write(job)
+        return await fut
+
+    async def replay_id_base(self, replay_id: int, n: int) -> int:
+        def job(c: sqlite3.Connection, w: object) -> int:
+            kept = c.execute("SELECT base FROM replay_ids WHERE replay_id = ?", (replay_id,)).fetchone()
+            if kept is not None:
+                return int(kept[0])
+            # AUTOINCREMENT numbers after the larger of this counter and the highest id, so
+            # ids taken here are never given to a row; the durable commit keeps it so.
+            last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'notifications'").fetchone()
+            if last is None:
+                c.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('notifications', 0)")
+            top = max(
+                int(last[0]) if last is not None else 0,
+                int(c.execute("SELECT COALESCE(MAX(id), 0) FROM notifications").fetchone()[0]),
+            )
+            c.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'notifications'", (top + n,))
+            c.execute("INSERT INTO replay_ids(replay_id, base) VALUES (?, ?)", (replay_id, top + 1))
+            return top + 1
+
+        fut: asyncio.Future[int] = self._write(job)
+        return await fut
+
+    async def record_replay_confirmed(
+        self,
+        replay_id: int,
+        subscription_id: int,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        position: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> bool:
+        stats = list(stats)
+
+        @lazy  # lost to a power failure, the position goes back and the batch is pushed again
+        def job(c: sqlite3.Connection, w: object) -> bool:
+            subscriber = _debit(c, replay_id, subscription_id, len(confirmed), done=True)
+            if subscriber is None:
+                return False
+            insert_rows(
+                c, f"INSERT INTO deliveries({DELIVERY_COLUMNS.removeprefix('serial, ')}) VALUES ",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'confirmed', 1)",
+                [(i, subscription_id, subscriber, e.namespace, e.seq, e.id, e.source, e.timestamp, created_at, now)
+                 for i, e in confirmed],
+            )
+            _advance(c, replay_id, position, len(confirmed), now)
+            _stats(c, stats)
+            return True
+
+        fut: asyncio.Future[bool] = self._write(job)
         return await fut
 
     async def replay_events(self, notification_ids: Sequence[int]) -> dict[int, StoredEvent]:
