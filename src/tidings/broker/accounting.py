@@ -9,12 +9,12 @@ function here only builds the increments.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from ..store import Stat, StoredEvent, SubscriptionRecord
 
-__all__ = ["event_stats", "per_notification_stats"]
+__all__ = ["counted", "event_stats", "per_notification_stats"]
 
 
 class _Noted(Protocol):
@@ -28,12 +28,16 @@ def event_stats(
     sub: SubscriptionRecord, events: Sequence[StoredEvent], name: str, prefix: str = "icrc72"
 ) -> list[Stat]:
     """Counter increments for the subscription, its subscriber and each event's publication."""
-    n = len(events)
+    return counted(sub, Counter(e.namespace for e in events), name, prefix)
+
+
+def counted(sub: SubscriptionRecord, per_ns: Mapping[str, int], name: str, prefix: str = "icrc72") -> list[Stat]:
+    """:func:`event_stats` for events counted per namespace already (a replay's are of one)."""
+    n = sum(per_ns.values())
     out = [
         Stat("subscription", str(sub.id), f"{prefix}:subscription:stats:{name}", n),
         Stat("subscriber", sub.subscriber, f"{prefix}:subscriber:stats:{name}", n),
     ]
-    per_ns = Counter(e.namespace for e in events)
     out.extend(Stat("publication", ns, f"{prefix}:publication:stats:{name}", c) for ns, c in per_ns.items())
     return out
 

@@ -350,7 +350,7 @@ class Replays:
             direct = sub.mode == "trusted" and rec.price == 0  # nothing to charge before the push
             for k, batch in enumerate(batches):
                 at = upto if k == len(batches) - 1 else batch[-1].id
-                copies = [_with_headers(e, pairs) for e in batch]
+                copies = _with_headers(batch, pairs)
                 now = time.time_ns()
                 # The next batch is read and recorded (or reserved) while this one is pushed.
                 sent = await (inflight.send_direct if direct else inflight.send)(sub, copies, at, now)
@@ -482,5 +482,10 @@ def _detail(u: ReplayStatusUpdate) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _with_headers(e: StoredEvent, pairs: bytes) -> StoredEvent:
-    return msgspec.structs.replace(e, headers=rules.append_pairs(e.headers, pairs))
+def _with_headers(events: list[StoredEvent], pairs: bytes) -> list[StoredEvent]:
+    """Copies of ``events`` with the replay's header ``pairs`` appended."""
+    only = rules.append_pairs(b"[]", pairs)  # most events have no headers of their own
+    replace = msgspec.structs.replace
+    return [
+        replace(e, headers=only if e.headers == b"[]" else rules.append_pairs(e.headers, pairs)) for e in events
+    ]

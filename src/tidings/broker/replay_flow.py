@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 from ..store import ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
-from .accounting import event_stats
+from .accounting import counted
 from .delivery import Delivery
 from .redelivery import Note
 from .replay_source import ReplaySource
@@ -146,11 +146,11 @@ class InFlight:
             return ids is not None and await self._delivery.push(
                 sub.id, list(zip(ids, copies, strict=True)), now, tried
             )
-        ok = [p for k, p in enumerate(pairs) if k not in failed]
-        events = [e for _, e in ok]
-        stats = [*replayed(sub, len(ok))]
+        ok = [p for k, p in enumerate(pairs) if k not in failed] if failed else pairs
+        stats = replayed(sub, len(ok))
         if ok:
-            stats += [*event_stats(sub, events, "confirmations"), *event_stats(sub, events, "notifications")]
+            per_ns = {rec.namespace: len(ok)}
+            stats += [*counted(sub, per_ns, "confirmations"), *counted(sub, per_ns, "notifications")]
         at = position if not failed else rec.position  # what was answered Err moves it, recorded below
         if not await self._store.record_replay_confirmed(
             rec.id, sub.id, ok, at, stats, created_at=now, now=self._delivery.now_ns()
