@@ -1,18 +1,19 @@
 """ICRC-77 replays: register, run, cancel, report, and the credit they spend.
 
 Each replay runs as its own task, beside the subscriptions' live workers: it reads its
-range (hot log or archive, :mod:`.replay_source`), applies the filter and skip, and for
-each batch records the notifications (with a copy of the event carrying the replay
-headers), its new position and the credit debit in one store transaction, then pushes
-the batch through the subscription's own delivery path (retries, confirmation, dead
-letters). One batch of a replay is in flight at a time and the task yields between
-batches, so live batches of the same subscription keep going out meanwhile.
+range (hot log or archive, :mod:`.replay_source`), applies the filter and skip
+(:mod:`.replay_send`), and sends batches one at a time (:mod:`.replay_flow`). A batch
+to a trusted subscription, with no price, is pushed first and recorded as delivered,
+with the new position, once confirmed; any other batch is recorded first (the
+notifications, a copy of each event with the replay headers, the position, the credit
+debit, in one store transaction) and then pushed through the subscription's own
+delivery path (retries, confirmation, dead letters). The task yields between batches,
+so live batches of the same subscription keep going out meanwhile.
 
 After a restart, a ``running`` replay resumes after its stored position; what it had
 recorded and not yet had confirmed is pending and is sent again by the subscription's
 worker, like any pending notification. docs/replay.md has the rules.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -23,9 +24,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import msgspec
 
 from ..core import config as cfg
 from ..core import replay as rules
@@ -44,11 +42,12 @@ from ..core.wire_replay import (
 )
 from ..errors import Forbidden, Unavailable
 from ..settings import Settings
-from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Store, StoredEvent, SubscriptionRecord
+from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Store, SubscriptionRecord
 from .delivery import Delivery
 from .orchestrator import Orchestrator
-from .replay_flow import InFlight, ReadAhead
+from .replay_flow import InFlight
 from .replay_report import status_of
+from .replay_send import RangeSender
 from .replay_source import ReplaySource
 
 __all__ = ["TOO_MANY_CONCURRENT", "TOO_MANY_FOR_PRINCIPAL", "Replays"]
@@ -61,8 +60,6 @@ TOO_MANY_CONCURRENT = 7702
 """GenericError code: ``replay_max_concurrent`` replays are active."""
 _SWEEP_S = 5.0
 _SWEEP_CHUNK = 2_000
-_STOPPED_POLL_S = 0.2
-_decode = msgspec.json.Decoder().decode
 
 
 class Replays:
@@ -78,8 +75,10 @@ class Replays:
         self._delivery = delivery
         self._settings = settings
         self.source = ReplaySource(store, settings)
-        self._active: dict[int, ReplayRecord] = {}
         self._stop: set[int] = set()
+        """Replays canceled or ended from outside while their task runs."""
+        self._sender = RangeSender(orchestrator, self.source, settings, self._stop)
+        self._active: dict[int, ReplayRecord] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._lock = asyncio.Lock()
@@ -291,7 +290,7 @@ class Replays:
         self._active[rid] = rec
         inflight = InFlight(self._delivery, self._store, rec, lambda: rid in self._stop)
         try:
-            problem = await self._send_range(rec, inflight)
+            problem = await self._sender.send(rec, inflight)
         except asyncio.CancelledError:
             inflight.cancel()  # shutdown: the subscription's worker resends it after the restart
             raise
@@ -308,60 +307,6 @@ class Replays:
             self._stop.discard(rid)
             return
         await self._finish(rid, "completed")
-
-    async def _send_range(self, rec: ReplayRecord, inflight: InFlight) -> str | None:
-        """Record and push the rest of the range; why it had to stop, or None."""
-        ns, size = rec.namespace, self._settings.replay_batch_size
-        end_id = rec.to_id - 1 if rec.open_end else None
-        ahead = ReadAhead(self.source, ns, rec.to_id)
-        try:
-            return await self._send_reads(rec, inflight, ahead, size, end_id)
-        finally:
-            ahead.cancel()
-
-    async def _send_reads(
-        self, rec: ReplayRecord, inflight: InFlight, ahead: ReadAhead, size: int, end_id: int | None
-    ) -> str | None:
-        rid, ns = rec.id, rec.namespace
-        pairs = rules.replay_pairs(rid, end_id)
-        at = rec.position  # read this far; ``rec.position`` moves as batches are recorded
-        while at < rec.to_id - 1 and rid not in self._stop:
-            sub = self._orch.subscriptions.get(rec.subscription_id)
-            if sub is None:
-                return f"subscription {rec.subscription_id} ended"
-            if ns not in self._orch.publications:
-                return f"publication {ns!r} was deleted"
-            if not self._orch.subscriber_allowed(ns, rec.requester):
-                return f"{rec.requester} may no longer receive {ns!r}"
-            sub_conf = self._orch.sub_configs.get(sub.id)
-            if sub_conf is not None and sub_conf.stopped:
-                await asyncio.sleep(_STOPPED_POLL_S)  # a stopped subscription is sent nothing
-                continue
-            try:
-                conf = rules.ReplayConfig.read(rec.config, sub.config)
-            except rules.ReplayRuleError as e:
-                return e.message
-            events, upto = await ahead.read(at, conf.filter)
-            if upto < rec.to_id - 1:
-                ahead.start(upto, conf.filter)  # the next read runs while this one is recorded and pushed
-            if conf.rules.predicate is not None or conf.rules.skip is not None:
-                events = [e for e in events if conf.rules.passes(e.id, _data(conf.rules, e))]
-            batches = [events[i : i + size] for i in range(0, len(events), size)] or [[]]
-            direct = sub.mode == "trusted" and rec.price == 0  # nothing to charge before the push
-            for k, batch in enumerate(batches):
-                at = upto if k == len(batches) - 1 else batch[-1].id
-                copies = _with_headers(batch, pairs)
-                now = time.time_ns()
-                # The next batch is read and recorded (or reserved) while this one is pushed.
-                sent = await (inflight.send_direct if direct else inflight.send)(sub, copies, at, now)
-                if sent is None:  # canceled (then nothing changes), or the subscription went
-                    return None if rid in self._stop else f"subscription {sub.id} ended"
-                if not sent:
-                    return f"subscription {sub.id} ended"
-                if rid in self._stop:
-                    return None  # cancel stops enqueuing; what was recorded is pushed
-            await asyncio.sleep(0)  # let live batches and requests in between reads
-        return None
 
     # -- cancel, status, queries --------------------------------------------------------
 
@@ -473,19 +418,6 @@ class Replays:
         self.source.close()
 
 
-def _data(r: cfg.SubscriptionConfig, e: StoredEvent) -> Any:
-    return _decode(e.data) if r.predicate is not None else None
-
-
 def _detail(u: ReplayStatusUpdate) -> str:
     text = u.status.errored
     return text if isinstance(text, str) else ""
-
-
-def _with_headers(events: list[StoredEvent], pairs: bytes) -> list[StoredEvent]:
-    """Copies of ``events`` with the replay's header ``pairs`` appended."""
-    only = rules.append_pairs(b"[]", pairs)  # most events have no headers of their own
-    replace = msgspec.structs.replace
-    return [
-        replace(e, headers=only if e.headers == b"[]" else rules.append_pairs(e.headers, pairs)) for e in events
-    ]
