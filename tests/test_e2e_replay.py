@@ -44,6 +44,8 @@ class Recorder:
         self.replay_sizes: list[int] = []
         self.fail_replays = False
         """Answer 500 to pushes of replayed notifications."""
+        self.gone = False
+        """Answer 410 Gone to pushes of replayed notifications."""
         self.refuse_once: set[int] = set()
         """Event ids of replayed notifications to answer ``Err`` for, the first time only."""
 
@@ -56,8 +58,8 @@ class Recorder:
             self.replay_sizes.append(len(batch))
             if self.hold is not None and len(self.replayed()) >= self.hold_after:
                 await self.hold.wait()
-            if self.fail_replays:
-                await respond(send, 500)
+            if self.fail_replays or self.gone:
+                await respond(send, 410 if self.gone else 500)
                 return
             if self.refuse_once & {n["eventId"] for n in batch}:
                 refused = {n["eventId"] for n in batch} & self.refuse_once
@@ -385,6 +387,25 @@ async def test_items_answered_err_in_a_replay_push_are_pushed_again_under_their_
     assert rec.refuse_once == set()
     await asyncio.sleep(0.3)
     assert len(rec.replayed(rid)) == 300
+
+
+async def test_a_replay_push_answered_410_ends_the_subscription_after_one_push(
+    server: ServerProcess, endpoints: Any
+) -> None:
+    rec = Recorder()
+    rec.gone = True
+    ep = await endpoints(rec)
+    sub = await setup(server, ep.url, 5)
+    rid = (await register(server, 1, 6))["Ok"]
+    s = await done(server, rid)
+    assert s["status"] == {"errored": f"subscription {sub} ended"}
+    assert rec.replay_pushes == 1  # the 410 ends it: not pushed again
+    letters = await api(server, "tidings_get_dead_letters", {})
+    assert [(d["eventId"], d["reason"], d["attempts"]) for d in letters] == [
+        (i, "endpoint_gone", 1) for i in range(1, 6)
+    ]
+    subs = await api(server, "icrc72_get_subscriptions", {"filter": None, "prev": None, "take": None, "stats": None})
+    assert sub not in [x["subscriptionId"] for x in subs]
 
 
 # -- 6: pricing ---------------------------------------------------------------------------

@@ -57,7 +57,7 @@ from .push_body import PushBodies
 from .registry import Registry
 from .routing import RoutedTo, Router
 from .tail import Tail
-from .worker import Gone, Note, Worker
+from .worker import Gone, Note, Pushed, Worker
 
 __all__ = ["Delivery", "Transport"]
 
@@ -331,20 +331,22 @@ class Delivery:
         return out
 
     async def push(
-        self, sub_id: int, notes: Sequence[tuple[int, StoredEvent]], created_at: int, attempts: int = 0
+        self, sub_id: int, notes: Sequence[tuple[int, StoredEvent]], created_at: int, first: Pushed | None = None
     ) -> bool:
         """Push notifications recorded outside the live path (a replay's) through the
         subscription's own retry, confirmation and dead-letter handling, beside its live
-        batches; ``attempts``: tries they already had. False when the subscription is gone,
-        or ended by this push."""
+        batches; ``first``: the answer to a push of them already made (``Worker.push_once``).
+        False when the subscription is gone, or ended by this push."""
         w = self._workers.get(sub_id)
         if w is None:
             return False
         await w.resumed.wait()  # what the worker's start resent is not pushed again
-        batch = [Note(i, e, attempts, created_at) for i, e in notes if i not in w.resent]
+        batch = [Note(i, e, 0, created_at) for i, e in notes if i not in w.resent]
+        if len(batch) < len(notes):
+            first = None  # its answer was to the whole batch
         try:
             if batch:
-                await w.deliver(batch)
+                await w.deliver(batch, first)
             await w.settled()  # a replay's progress counts confirmations: store them first
         except Gone as gone:
             await self.ended(sub_id, gone)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from ..core.retry import Outcome
 from ..store import ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
 from .accounting import counted
 from .delivery import Delivery
-from .redelivery import Note
+from .redelivery import Note, failed_items
 from .replay_source import ReplaySource
 
 __all__ = ["InFlight", "ReadAhead", "replayed"]
@@ -63,8 +64,9 @@ class InFlight:
       endpoint confirms it, recorded as delivered with the position moved, in one write.
       No pending row, event copy, deletion or sweep per event. A crash before that write
       leaves the position where it was, so the batch is pushed again under the same
-      notification ids: at least once, as before. What the endpoint does not take goes
-      the first way, under the same ids. BENCHMARKS.md, "Hot replay without rows".
+      notification ids: at least once, as before. A batch the endpoint does not take
+      whole is recorded the first way, under the same ids, and its retries go on from
+      that first answer. BENCHMARKS.md, "Hot replay without rows".
 
     The position only moves in push order: a recorded batch waits for the direct push
     before it (:meth:`send`), whose position is written only once it is confirmed."""
@@ -134,34 +136,32 @@ class InFlight:
     async def _push_direct(
         self, sub: SubscriptionRecord, pairs: list[tuple[int, StoredEvent]], position: int, now: int
     ) -> bool:
-        rec, w = self._rec, self._delivery.worker(sub.id)
+        rec, d = self._rec, self._delivery
+        w = d.worker(sub.id)
         if w is None:
             return False
-        notes = [Note(i, e, 0, now) for i, e in pairs]
-        failed = await w.push_once(notes) if notes else set()
-        if failed is None:  # not taken: the usual way, with the subscription's retries
-            copies = [e for _, e in pairs]
-            ids = await self._record(sub, copies, position, now, [i for i, _ in pairs])
-            tried = notes[0].attempts if notes else 0
-            return ids is not None and await self._delivery.push(
-                sub.id, list(zip(ids, copies, strict=True)), now, tried
-            )
-        ok = [p for k, p in enumerate(pairs) if k not in failed] if failed else pairs
-        stats = replayed(sub, len(ok))
-        if ok:
-            per_ns = {rec.namespace: len(ok)}
-            stats += [*counted(sub, per_ns, "confirmations"), *counted(sub, per_ns, "notifications")]
-        at = position if not failed else rec.position  # what was answered Err moves it, recorded below
-        if not await self._store.record_replay_confirmed(
-            rec.id, sub.id, ok, at, stats, created_at=now, now=self._delivery.now_ns()
+        pushed = await w.push_once([Note(i, e, 0, now) for i, e in pairs]) if pairs else None
+        if not pairs or (
+            pushed is not None and pushed[0] is Outcome.ACK and not failed_items(pushed[1], len(pairs))
         ):
-            return False
-        rec.position, rec.sent = at, rec.sent + len(ok)
-        if not failed:
+            n = len(pairs)
+            stats = replayed(sub, n)
+            if n:
+                per_ns = {rec.namespace: n}
+                stats += [*counted(sub, per_ns, "confirmations"), *counted(sub, per_ns, "notifications")]
+            if not await self._store.record_replay_confirmed(
+                rec.id, sub.id, pairs, position, stats, created_at=now, now=d.now_ns()
+            ):
+                return False
+            d.metrics.notifications_sent += n
+            rec.position, rec.sent = position, rec.sent + n
             return True
-        rest = [pairs[k][1] for k in sorted(failed)]
-        ids = await self._record(sub, rest, position, now, [pairs[k][0] for k in sorted(failed)])
-        return ids is not None and await self._delivery.push(sub.id, list(zip(ids, rest, strict=True)), now, 1)
+        # Not taken whole (an Err item, an error or no answer, back-pressure, 410, stopped):
+        # recorded as pending under the same ids, then the subscription's own path goes on
+        # from this answer as the first try, as it would for a live batch.
+        copies = [e for _, e in pairs]
+        ids = await self._record(sub, copies, position, now, [i for i, _ in pairs])
+        return ids is not None and await d.push(sub.id, list(zip(ids, copies, strict=True)), now, pushed)
 
 
 def replayed(sub: SubscriptionRecord, n: int) -> list[Stat]:

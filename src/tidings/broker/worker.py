@@ -36,7 +36,10 @@ from .redelivery import ENDPOINT_GONE, ERROR_ANSWER, SUBSCRIPTION_ENDED, Gone, N
 if TYPE_CHECKING:
     from .delivery import Delivery
 
-__all__ = ["Gone", "Note", "Worker"]
+__all__ = ["Gone", "Note", "Pushed", "Worker"]
+
+Pushed = tuple[Outcome, object, str, float | None]
+"""A push's outcome, its decoded answer, a reason for logs, a Retry-After (``Delivery.post``)."""
 
 log = logging.getLogger("tidings.delivery")
 
@@ -263,7 +266,7 @@ class Worker(Redelivery):
                 self.scan = max(self.scan, head)
         return events
 
-    async def deliver(self, batch: list[Note]) -> None:
+    async def deliver(self, batch: list[Note], first: Pushed | None = None) -> None:
         """Push until the endpoint takes the batch, or the notifications are given up on.
 
         Reliable subscriptions retry error answers and failures with back-off, within the
@@ -271,6 +274,8 @@ class Worker(Redelivery):
         ends (or, configured so, dead-letters) on an error answer; a push that got no
         answer at all is retried either way. Back-pressure only delays the next push.
         Nothing is pushed once the subscription is stopped: the rest stays pending.
+        ``first``: the answer to a push of this batch already made (:meth:`push_once`),
+        taken as the first try.
         """
         failures = 0
         metrics = self.d.metrics
@@ -278,7 +283,10 @@ class Worker(Redelivery):
             if self._stopped():
                 self.parked = True
                 return
-            outcome, answer, reason, retry_after = await self.d.post(self.sub, batch, self._conf())
+            if first is not None:
+                (outcome, answer, reason, retry_after), first = first, None
+            else:
+                outcome, answer, reason, retry_after = await self.d.post(self.sub, batch, self._conf())
             if outcome is Outcome.GONE:
                 raise Gone(ENDPOINT_GONE, reason, {n.id: n.attempts + 1 for n in batch})
             if outcome is Outcome.BACK_PRESSURE and retry_after is not None:
@@ -323,23 +331,15 @@ class Worker(Redelivery):
                 failures += 1
                 await self.d.sleep(self._backoff().delay(failures, self.d.random()))
 
-    async def push_once(self, batch: list[Note]) -> set[int] | None:
-        """One push of a batch recorded nowhere yet (a replay's, ``replay_flow``), with no
-        retry: the indexes the endpoint answered ``Err`` for, or None when it did not take
-        the batch (stopped, back-pressure, no answer, an error answer). A push that was
-        tried counts an attempt on each note; the caller then records what is left for
-        :meth:`deliver` and its retries."""
+    async def push_once(self, batch: list[Note]) -> Pushed | None:
+        """One push of a batch recorded nowhere yet (a replay's, ``replay_flow``): what
+        :meth:`Delivery.post` answered, or None when the subscription is stopped (nothing
+        pushed). Nothing is counted here: a batch the endpoint takes whole is recorded by
+        the caller; anything else is recorded as pending and given to :meth:`deliver`
+        with this answer as its first try."""
         if self._stopped():
             return None
-        outcome, answer, _, _ = await self.d.post(self.sub, batch, self._conf())
-        if outcome is not Outcome.BACK_PRESSURE:
-            for n in batch:
-                n.attempts += 1
-        if outcome is not Outcome.ACK:
-            return None
-        failed = failed_items(answer, len(batch))
-        self.d.metrics.notifications_sent += len(batch) - len(failed)
-        return failed
+        return await self.d.post(self.sub, batch, self._conf())
 
     def _settle(self, done: list[Note]) -> None:
         """Settle confirmed notifications without holding up the next push.
