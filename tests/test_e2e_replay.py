@@ -259,21 +259,45 @@ async def test_cancel_stops_enqueuing_and_what_was_sent_stays_sent(
     assert s["stats"]["icrc77:replay:stats:expected"] == 1000
     (c,) = await api(server, "icrc77_cancel_replay", [rid], bob)
     assert err(c) == "Unauthorized"
-    assert await api(server, "icrc77_cancel_replay", [rid]) == [{"Ok": rid}]
+    cancel = asyncio.create_task(api(server, "icrc77_cancel_replay", [rid]))
+    if not priced:
+        # The batch in flight counts once answered: the cancel answers after it, so the
+        # count it leads to is final.
+        await asyncio.sleep(0.3)
+        assert not cancel.done()
+        rec.hold.set()
+    assert await cancel == [{"Ok": rid}]
+    sent = 200 if priced else 100
+    assert (await status(server, rid))["status"] == {"canceled": sent}
     (again, missing) = await api(server, "icrc77_cancel_replay", [rid, 999])
     assert (err(again), err(missing)) == ("CannotCancel", "NotFound")
     rec.hold.set()
-    sent = 200 if priced else 100
-
-    async def canceled() -> dict[str, Any] | None:
-        s = await status(server, rid)
-        return s if s["status"] == {"canceled": sent} else None
-
-    await eventually(canceled)
     await eventually(lambda: len(rec.replayed(rid)) >= sent)
     await asyncio.sleep(0.5)
     assert [n["eventId"] for n in rec.replayed(rid)] == list(range(1, sent + 1))
     assert (await status(server, rid))["status"] == {"canceled": sent}
+
+
+async def test_a_cancel_waits_only_a_moment_for_a_slow_endpoint(server: ServerProcess, endpoints: Any) -> None:
+    rec = Recorder()
+    rec.hold = asyncio.Event()
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 300)
+    rid = (await register(server, 1, 301))["Ok"]
+    await eventually(lambda: rec.replay_pushes >= 1)  # held: the endpoint does not answer
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await api(server, "icrc77_cancel_replay", [rid]) == [{"Ok": rid}]
+    assert loop.time() - started < 5  # about a second; the push's own limit is 10 s
+    assert (await status(server, rid))["status"] == {"canceled": 0}  # nothing answered yet
+    rec.hold.set()
+
+    async def counted() -> bool:  # the batch in flight counts once answered
+        return (await status(server, rid))["status"] == {"canceled": 100}
+
+    await eventually(counted)
+    await asyncio.sleep(0.3)
+    assert [n["eventId"] for n in rec.replayed(rid)] == list(range(1, 101))
 
 
 def _per_event(price: int) -> dict[str, Any]:

@@ -59,6 +59,8 @@ TOO_MANY_FOR_PRINCIPAL = 7701
 TOO_MANY_CONCURRENT = 7702
 """GenericError code: ``replay_max_concurrent`` replays are active."""
 _SWEEP_S = 5.0
+_SETTLE_WAIT_S = 1.0
+"""How long a cancel waits for a replay's push in flight to be answered (``InFlight.direct_done``)."""
 _SWEEP_CHUNK = 2_000
 
 
@@ -80,6 +82,7 @@ class Replays:
         self._sender = RangeSender(orchestrator, self.source, settings, self._stop)
         self._active: dict[int, ReplayRecord] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._flights: dict[int, InFlight] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._lock = asyncio.Lock()
         self._ready = asyncio.Event()
@@ -288,17 +291,11 @@ class Replays:
             self._active.pop(rid, None)
             return
         self._active[rid] = rec
-        inflight = InFlight(self._delivery, self._store, rec, lambda: rid in self._stop)
+        inflight = self._flights[rid] = InFlight(self._delivery, self._store, rec, lambda: rid in self._stop)
         try:
-            problem = await self._sender.send(rec, inflight)
-        except asyncio.CancelledError:
-            inflight.cancel()  # shutdown: the subscription's worker resends it after the restart
-            raise
-        except Exception:
-            await inflight.wait()  # what was recorded is pushed
-            raise
-        if not await inflight.wait() and problem is None:
-            problem = f"subscription {rec.subscription_id} ended"
+            problem = await self._send(rec, inflight)
+        finally:
+            self._flights.pop(rid, None)
         if problem is not None:
             return await self._finish(rid, "errored", problem)
         if rid in self._stop or rec.position < rec.to_id - 1:
@@ -329,12 +326,32 @@ class Replays:
                 out.append(replay_ok(rid))
         return out
 
+    async def _send(self, rec: ReplayRecord, inflight: InFlight) -> str | None:
+        """Send the range; why it had to stop, or None (once what is in flight is answered)."""
+        try:
+            problem = await self._sender.send(rec, inflight)
+        except asyncio.CancelledError:
+            inflight.cancel()  # shutdown: the subscription's worker resends it after the restart
+            raise
+        except Exception:
+            await inflight.wait()  # what was recorded is pushed
+            raise
+        if not await inflight.wait() and problem is None:
+            problem = f"subscription {rec.subscription_id} ended"
+        return problem
+
     async def _move_from_outside(self, rid: int, state: str, detail: str = "") -> ReplayRecord | None:
         moved = await self._store.move_replay(rid, state, detail=detail, from_states=rules.ACTIVE, now=time.time_ns())
         if moved is not None:
             if rid in self._tasks:
                 self._stop.add(rid)
             self._active.pop(rid, None)
+            flight = self._flights.get(rid)
+            if flight is not None:
+                # A batch pushed before being recorded counts once answered: wait a little
+                # for it, so that the count this answer leads to (canceled(n)) is usually
+                # the final one, without holding the caller up for a slow endpoint.
+                await flight.direct_done(min(_SETTLE_WAIT_S, self._settings.push_timeout_s))
         return moved
 
     async def status_updates(

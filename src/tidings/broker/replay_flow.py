@@ -80,6 +80,7 @@ class InFlight:
         self._task: asyncio.Task[bool] | None = None
         self._direct = False
         self._base: int | None = None
+        self._last_direct: asyncio.Task[bool] | None = None
 
     async def send(self, sub: SubscriptionRecord, copies: list[StoredEvent], position: int, now: int) -> bool | None:
         """Record ``copies`` and start pushing them once the previous push is done. None
@@ -111,8 +112,17 @@ class InFlight:
         if self._stopped():
             return True  # canceled while the previous push was out: this batch is not sent
         self._direct = True
-        self._task = asyncio.create_task(self._push_direct(sub, list(zip(ids, copies, strict=True)), position, now))
+        self._task = self._last_direct = asyncio.create_task(
+            self._push_direct(sub, list(zip(ids, copies, strict=True)), position, now)
+        )
         return True
+
+    async def direct_done(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until the last batch pushed before being
+        recorded is answered and recorded."""
+        task = self._last_direct
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=timeout)
 
     async def wait(self) -> bool:
         task, self._task = self._task, None
