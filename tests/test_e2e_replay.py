@@ -525,8 +525,9 @@ async def test_running_replay_resumes_after_a_kill(server: ServerProcess, endpoi
     assert s["status"] == {"completed": 2000}  # each event recorded once
     got = [n["eventId"] for n in rec.replayed(rid)]
     assert set(got) == set(range(1, 2001))
-    # At least once: only what was pushed and not yet confirmed at the kill comes twice.
-    assert len(got) - 2000 <= 100
+    # At least once: only what was pushed and not yet recorded at the kill comes twice:
+    # the batch in flight, and the one before it if its record was still being written.
+    assert len(got) - 2000 <= 200
     assert len({n["id"] for n in rec.replayed(rid)}) == 2000
 
 

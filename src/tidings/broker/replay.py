@@ -334,9 +334,9 @@ class Replays:
             inflight.cancel()  # shutdown: the subscription's worker resends it after the restart
             raise
         except Exception:
-            await inflight.wait()  # what was recorded is pushed
+            await inflight.drain()  # what was recorded is pushed
             raise
-        if not await inflight.wait() and problem is None:
+        if not await inflight.drain() and problem is None:
             problem = f"subscription {rec.subscription_id} ended"
         return problem
 

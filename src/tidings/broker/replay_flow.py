@@ -64,7 +64,8 @@ class InFlight:
       endpoint confirms it, recorded as delivered with the position moved, in one write.
       No pending row, event copy, deletion or sweep per event. A crash before that write
       leaves the position where it was, so the batch is pushed again under the same
-      notification ids: at least once, as before. A batch the endpoint does not take
+      notification ids: at least once, as before. That write runs while the next batch
+      is pushed. A batch the endpoint does not take
       whole is recorded the first way, under the same ids, and its retries go on from
       that first answer. BENCHMARKS.md, "Hot replay without rows".
 
@@ -81,12 +82,17 @@ class InFlight:
         self._direct = False
         self._base: int | None = None
         self._last_direct: asyncio.Task[bool] | None = None
+        self._recording: asyncio.Task[bool] | None = None
+        self._last_record: asyncio.Task[bool] | None = None  # kept for direct_done once drained
+        """The last confirmed batch's record, written while the next batch is pushed; at
+        most one at a time, so positions move in order and a crash repeats at most the
+        batch in flight and the one before it."""
 
     async def send(self, sub: SubscriptionRecord, copies: list[StoredEvent], position: int, now: int) -> bool | None:
         """Record ``copies`` and start pushing them once the previous push is done. None
         when the store refused the batch (the replay is no longer running, or the
         subscription is gone); False if the previous push found the subscription gone."""
-        if self._direct and not await self.wait():
+        if self._direct and not await self.drain():
             return False  # a direct push's position is written when it is confirmed: keep the order
         ids = await self._record(sub, copies, position, now)
         if ids is None:
@@ -109,6 +115,8 @@ class InFlight:
         ids = [self._base + e.id - rec.from_id for e in copies]
         if not await self.wait():
             return False
+        if self._recording is not None and self._recording.done() and not self._recording.result():
+            return False  # (result() raises what writing a record raised)
         if self._stopped():
             return True  # canceled while the previous push was out: this batch is not sent
         self._direct = True
@@ -120,17 +128,30 @@ class InFlight:
     async def direct_done(self, timeout: float) -> None:
         """Wait, at most ``timeout`` seconds, until the last batch pushed before being
         recorded is answered and recorded."""
-        task = self._last_direct
-        if task is not None and not task.done():
-            await asyncio.wait([task], timeout=timeout)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout
+        pushed = self._last_direct
+        if pushed is not None and not pushed.done():
+            await asyncio.wait([pushed], timeout=timeout)
+        recording = self._last_record  # set once that push was answered
+        if recording is not None and not recording.done() and loop.time() < until:
+            await asyncio.wait([recording], timeout=until - loop.time())
 
     async def wait(self) -> bool:
+        """Wait for the push in flight; False if it found the subscription gone."""
         task, self._task = self._task, None
         return True if task is None else await task
 
+    async def drain(self) -> bool:
+        """Wait for the push in flight and the records still being written."""
+        pushed = await self.wait()
+        recording, self._recording = self._recording, None
+        return (True if recording is None else await recording) and pushed
+
     def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._recording):
+            if task is not None:
+                task.cancel()
 
     async def _record(
         self, sub: SubscriptionRecord, copies: list[StoredEvent], position: int, now: int,
@@ -146,7 +167,7 @@ class InFlight:
     async def _push_direct(
         self, sub: SubscriptionRecord, pairs: list[tuple[int, StoredEvent]], position: int, now: int
     ) -> bool:
-        rec, d = self._rec, self._delivery
+        d = self._delivery
         w = d.worker(sub.id)
         if w is None:
             return False
@@ -154,24 +175,40 @@ class InFlight:
         if not pairs or (
             pushed is not None and pushed[0] is Outcome.ACK and not failed_items(pushed[1], len(pairs))
         ):
-            n = len(pairs)
-            stats = replayed(sub, n)
-            if n:
-                per_ns = {rec.namespace: n}
-                stats += [*counted(sub, per_ns, "confirmations"), *counted(sub, per_ns, "notifications")]
-            if not await self._store.record_replay_confirmed(
-                rec.id, sub.id, pairs, position, stats, created_at=now, now=d.now_ns()
-            ):
+            d.metrics.notifications_sent += len(pairs)
+            # Written while the next batch is pushed, once the record before it is: a
+            # crash before it commits pushes this batch again, beside the one in flight.
+            before, self._recording = self._recording, None
+            if before is not None and not await before:
                 return False
-            d.metrics.notifications_sent += n
-            rec.position, rec.sent = position, rec.sent + n
+            self._recording = self._last_record = asyncio.create_task(self._confirm(sub, pairs, position, now))
             return True
         # Not taken whole (an Err item, an error or no answer, back-pressure, 410, stopped):
         # recorded as pending under the same ids, then the subscription's own path goes on
         # from this answer as the first try, as it would for a live batch.
+        recording, self._recording = self._recording, None
+        if recording is not None and not await recording:
+            return False
         copies = [e for _, e in pairs]
         ids = await self._record(sub, copies, position, now, [i for i, _ in pairs])
         return ids is not None and await d.push(sub.id, list(zip(ids, copies, strict=True)), now, pushed)
+
+
+    async def _confirm(
+        self, sub: SubscriptionRecord, pairs: list[tuple[int, StoredEvent]], position: int, now: int
+    ) -> bool:
+        """Record a batch the endpoint took whole."""
+        rec, n = self._rec, len(pairs)
+        stats = replayed(sub, n)
+        if n:
+            per_ns = {rec.namespace: n}
+            stats += [*counted(sub, per_ns, "confirmations"), *counted(sub, per_ns, "notifications")]
+        if not await self._store.record_replay_confirmed(
+            rec.id, sub.id, pairs, position, stats, created_at=now, now=self._delivery.now_ns()
+        ):
+            return False
+        rec.position, rec.sent = position, rec.sent + n
+        return True
 
 
 def replayed(sub: SubscriptionRecord, n: int) -> list[Stat]:
