@@ -14,6 +14,7 @@ After a restart, a ``running`` replay resumes after its stored position; what it
 recorded and not yet had confirmed is pending and is sent again by the subscription's
 worker, like any pending notification. docs/replay.md has the rules.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -65,9 +65,9 @@ class InFlight:
       No pending row, event copy, deletion or sweep per event. A crash before that write
       leaves the position where it was, so the batch is pushed again under the same
       notification ids: at least once, as before. That write runs while the next batch
-      is pushed. A batch the endpoint does not take
-      whole is recorded the first way, under the same ids, and its retries go on from
-      that first answer. BENCHMARKS.md, "Hot replay without rows".
+      is pushed. A batch the endpoint does not take whole is recorded the first way,
+      under the same ids, and its retries go on from that first answer. BENCHMARKS.md,
+      "Hot replay without rows".
 
     The position only moves in push order: a recorded batch waits for the direct push
     before it (:meth:`send`), whose position is written only once it is confirmed."""
@@ -83,10 +83,10 @@ class InFlight:
         self._base: int | None = None
         self._last_direct: asyncio.Task[bool] | None = None
         self._recording: asyncio.Task[bool] | None = None
-        self._last_record: asyncio.Task[bool] | None = None  # kept for direct_done once drained
         """The last confirmed batch's record, written while the next batch is pushed; at
         most one at a time, so positions move in order and a crash repeats at most the
         batch in flight and the one before it."""
+        self._last_record: asyncio.Task[bool] | None = None  # kept for direct_done once drained
 
     async def send(self, sub: SubscriptionRecord, copies: list[StoredEvent], position: int, now: int) -> bool | None:
         """Record ``copies`` and start pushing them once the previous push is done. None
@@ -192,7 +192,6 @@ class InFlight:
         copies = [e for _, e in pairs]
         ids = await self._record(sub, copies, position, now, [i for i, _ in pairs])
         return ids is not None and await d.push(sub.id, list(zip(ids, copies, strict=True)), now, pushed)
-
 
     async def _confirm(
         self, sub: SubscriptionRecord, pairs: list[tuple[int, StoredEvent]], position: int, now: int
