@@ -83,20 +83,18 @@ class MemoryReplayStore(MemoryState, ReplayStore):
         r = self._debit(replay_id, subscription_id, len(events))
         if r is None:
             return None
-        kept = None if ids is None else iter(ids)
-        ids = []
-        for e in events:
-            if kept is None:
-                self._last_note_id += 1
-            nid = self._last_note_id if kept is None else next(kept)
+        if ids is None:
+            first = self._last_note_id + 1
+            self._last_note_id += len(events)
+            ids = range(first, first + len(events))
+        for nid, e in zip(ids, events, strict=True):
             self._notes[nid] = PendingNotification(
                 id=nid, subscription_id=subscription_id, seq=e.seq, namespace=e.namespace, created_at=now
             )
             st["notes"][nid] = (replay_id, e)
-            ids.append(nid)
         r.position, r.sent, r.updated_at = position, r.sent + len(events), now
         self._count(stats)
-        return ids
+        return list(ids)
 
     def _debit(self, replay_id: int, subscription_id: int, n: int, *, done: bool = False) -> ReplayRecord | None:
         """As ``_sqlite_replays._debit``: pushes already ``done`` only need the replay."""

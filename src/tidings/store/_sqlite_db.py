@@ -196,8 +196,18 @@ def insert_rows(c: sqlite3.Connection, head: str, row: str, rows: Sequence[Seque
 
 
 def insert_notifications(
-    c: sqlite3.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int
+    c: sqlite3.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int,
+    ids: Sequence[int] | None = None,
 ) -> list[int]:
+    """Insert pending notifications for ``events`` under ``ids``, or new ones increasing in
+    event order; their ids."""
+    if ids is not None:
+        insert_rows(
+            c, "INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent) VALUES ",
+            "(?, ?, ?, ?, ?, 0)",
+            [(i, subscription_id, e.seq, e.namespace, now) for i, e in zip(ids, events, strict=True)],
+        )
+        return list(ids)
     insert_rows(
         c, "INSERT INTO notifications(subscription_id, seq, namespace, created_at, sent) VALUES ", "(?, ?, ?, ?, 0)",
         [(subscription_id, e.seq, e.namespace, now) for e in events],

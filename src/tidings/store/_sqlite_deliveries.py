@@ -24,7 +24,7 @@ from ._sqlite_db import (
 )
 from ._sqlite_writer import Writer, lazy
 
-__all__ = ["SQLiteDeliveryStore"]
+__all__ = ["DELIVERY_INSERT", "SQLiteDeliveryStore"]
 
 DELIVERIES_DDL: Final = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -52,6 +52,7 @@ COLUMNS: Final = (
     "created_at, settled_at, attempts, outcome, replay"
 )
 _INSERT: Final = f"INSERT INTO deliveries({COLUMNS.removeprefix('serial, ')})"
+DELIVERY_INSERT: Final = _INSERT
 
 # Each statement copies a row that is about to be deleted, so it must run before the
 # DELETE of the same transaction; an id that is no longer there selects nothing. A

@@ -12,7 +12,7 @@ import msgspec
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
 from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows
-from ._sqlite_deliveries import COLUMNS as DELIVERY_COLUMNS
+from ._sqlite_deliveries import DELIVERY_INSERT
 from ._sqlite_writer import lazy
 
 __all__ = ["REPLAY_DDL", "SQLiteReplayStore"]
@@ -215,15 +215,7 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
         def job(c: sqlite3.Connection, w: object) -> list[int] | None:
             if _debit(c, replay_id, subscription_id, len(events)) is None:
                 return None
-            if kept is None:
-                ids = insert_notifications(c, subscription_id, events, now) if events else []
-            else:
-                ids = kept
-                insert_rows(
-                    c, "INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent) VALUES ",
-                    "(?, ?, ?, ?, ?, 0)",
-                    [(i, subscription_id, e.seq, e.namespace, now) for i, e in zip(ids, events, strict=True)],
-                )
+            ids = insert_notifications(c, subscription_id, events, now, kept) if events else []
             insert_rows(
                 c, "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
                 "headers, data) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -277,7 +269,7 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
             if subscriber is None:
                 return False
             insert_rows(
-                c, f"INSERT INTO deliveries({DELIVERY_COLUMNS.removeprefix('serial, ')}) VALUES ",
+                c, f"{DELIVERY_INSERT} VALUES ",
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'confirmed', 1)",
                 [(i, subscription_id, subscriber, e.namespace, e.seq, e.id, e.source, e.timestamp, created_at, now)
                  for i, e in confirmed],
