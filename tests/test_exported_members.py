@@ -47,7 +47,7 @@ def test_store_interface_methods() -> None:
         "add_secret", "secrets",
         "append", "read_after", "read_seqs", "head", "open_notifications", "settle_notifications",
         "get_notifications", "former_subscribers", "mark_sent", "pending", "pending_counts", "last_notification_id",
-        "count_attempt",
+        "count_attempt", "take_notification_ids", "record_confirmed",
         "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters",
         "deliveries", "add_stats", "stats", "stat_keys",
         "load_schemas", "create_schema", "save_schema", "put_schema_setting", "schema_changes", "trim_events",

@@ -224,17 +224,26 @@ async def test_gone_ends_the_subscription(broker, endpoints) -> None:
 
 
 class _FlakyStore(MemoryStore):
-    """A store whose first ``failures`` notification writes fail, as a full disk would."""
+    """A store whose first ``failures`` writes a worker makes before a push fail, as a
+    full disk would: recording notifications (recorded first), or setting ids aside for
+    them (pushed first)."""
 
     def __init__(self, failures: int) -> None:
         super().__init__()
         self.failures = failures
 
-    async def open_notifications(self, *args: Any, **kwargs: Any) -> Any:
+    def _fail(self) -> None:
         if self.failures > 0:
             self.failures -= 1
             raise OSError("disk I/O error")
+
+    async def open_notifications(self, *args: Any, **kwargs: Any) -> Any:
+        self._fail()
         return await super().open_notifications(*args, **kwargs)
+
+    async def take_notification_ids(self, n: int) -> int:
+        self._fail()
+        return await super().take_notification_ids(n)
 
 
 async def test_a_failing_store_write_does_not_stop_delivery(tmp_path: Path, endpoints, caplog) -> None:

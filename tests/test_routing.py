@@ -55,9 +55,19 @@ class Recorder:
         return sum(map(len, self.got.values()))
 
 
+@pytest.fixture(params=[False, True], ids=["record-first", "push-first"])
+async def broker(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Broker]:
+    """Both ways a live batch is delivered: recorded as pending first, or pushed first
+    (``push_before_record``, a trusted subscription's default: tidings.broker.direct)."""
+    b = Broker(Settings(data_dir=tmp_path, push_before_record=request.param), SQLiteStore(tmp_path / "tidings.db"))
+    async with b:
+        yield b
+
+
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    b = Broker(Settings(data_dir=tmp_path), SQLiteStore(tmp_path / "tidings.db"))
+async def recording(tmp_path: Path) -> AsyncIterator[Broker]:
+    """A broker that records every live batch as pending before pushing it."""
+    b = Broker(Settings(data_dir=tmp_path, push_before_record=False), SQLiteStore(tmp_path / "tidings.db"))
     async with b:
         yield b
 
@@ -80,8 +90,9 @@ def _pending_seqs(db: Path, sub_id: int) -> list[int]:
 
 
 async def test_a_caught_up_subscriptions_notification_is_stored_with_its_event(
-    broker: Broker, endpoints: Any, tmp_path: Path
+    recording: Broker, endpoints: Any, tmp_path: Path
 ) -> None:
+    broker = recording
     rec = Recorder()
     sub_id = await _one_subscription(broker, "r.one", (await endpoints(rec)).url)
 
@@ -289,12 +300,13 @@ async def test_a_route_planned_before_a_worker_restarted_does_not_move_it_past_u
     assert w.scan == scan + 1_000
 
 
-async def test_a_worker_whose_own_open_is_in_the_store_is_routed_again(broker: Broker, endpoints: Any) -> None:
+async def test_a_worker_whose_own_open_is_in_the_store_is_routed_again(recording: Broker, endpoints: Any) -> None:
     """A worker that fell behind reads the log itself; once the store has its open of
     everything so far (committed, or in the very transaction of the next append) while it
     waits for it, the next events are routed at append again, rather than the worker
     staying one commit behind for as long as events keep coming. An open that is not the
     one this worker (this generation) awaits never counts."""
+    broker = recording
     rec = Recorder()
     sub_id = await _one_subscription(broker, "o.x", (await endpoints(rec)).url)
     await broker.broadcaster.publish(ADMIN, [_event("o.x", 1), _event("o.x", 2)])

@@ -74,6 +74,11 @@ class Settings:
     delivery_linger_ms: float = 0.0
     """How long a push waits for more events to fill a batch (0: send what is there)."""
 
+    push_before_record: bool = True
+    """A ``trusted`` subscription's live batches are pushed first and recorded once
+    confirmed, without pending rows (docs/delivery.md); false records every batch as
+    pending before its push."""
+
     push_timeout_s: float = 10.0
     """Deadline for a subscriber endpoint to answer one push."""
 

@@ -52,6 +52,7 @@ from ..store import (
 )
 from . import confirmation
 from .accounting import event_stats
+from .direct import NoteIds
 from .metrics import Metrics
 from .push_body import PushBodies
 from .registry import Registry
@@ -122,6 +123,8 @@ class Delivery:
         self.task_group: asyncio.TaskGroup | None = None
         self._ready = asyncio.Event()
         self._router: Router | None = None
+        self.note_ids = NoteIds(store)
+        """Ids for batches pushed before they are recorded (``direct``)."""
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
@@ -169,6 +172,7 @@ class Delivery:
             if w.dormant and (conf is None or not conf.stopped) and self.task_group is not None:
                 # Queued while stopped: all of it is pending in the store, sent from there.
                 w.routed.clear()
+                w.drop_taken()
                 w.redriven.clear()
                 w.unconfirmed.clear()
                 self._spawn(w)
@@ -178,8 +182,10 @@ class Delivery:
         self.remove(sub_id)
 
     def sent_position(self, namespace: str) -> int | None:
-        scans = [w.scan for w in self._workers.values() if namespace in self.registry.namespaces_for(w.sub)]
-        return min(scans) if scans else None
+        """The seq up to which every subscription delivered here has been sent the events
+        of ``namespace`` it is owed: confirmed, or pending in the store."""
+        done = [w.acked for w in self._workers.values() if namespace in self.registry.namespaces_for(w.sub)]
+        return min(done) if done else None
 
     @property
     def workers_running(self) -> int:
@@ -275,6 +281,15 @@ class Delivery:
         for r in routes:
             w = self._workers.get(r.subscription_id)
             if w is None:
+                continue
+            if not r.record:
+                # Recorded nowhere: taken only by a worker that has considered everything
+                # before them. One that went back since the plan (a restart from its stored
+                # cursor, a stop) reads them from the log instead.
+                if r.generation == w.generation and w.scan >= r.after:
+                    w.taken.extend(r.events)
+                    w.scan = max(w.scan, r.cursor)
+                w.wakeup.set()
                 continue
             if r.ids:
                 w.routed.extend(zip(r.ids, r.events, strict=True))

@@ -52,6 +52,9 @@ class RoutedTo(Route):
     """A route, and the worker generation it was planned for (``Worker.generation``)."""
 
     generation: int
+    after: int = 0
+    """The namespace's last seq before these events: a worker takes a route that records
+    nothing only if it has considered everything up to here (``Delivery.routed``)."""
 
 
 class Router:
@@ -100,6 +103,12 @@ class Router:
                     passing = registry.deliverable(sub.subscriber, conf, evs, d.data_of, ns)
                 except Exception:  # the worker's own path meets the same error and reports it
                     log.exception("subscription %s: routing at append failed", sub.id)
+                    continue
+                if w.direct():  # nothing written now: pushed first, recorded when confirmed
+                    routes.append(RoutedTo(
+                        subscription_id=sub.id, events=passing, cursor=evs[-1].seq, stats=[], record=False,
+                        generation=w.generation, after=before,
+                    ))
                     continue
                 # Counted as recorded now, as sent when the endpoint takes them (worker).
                 stats = self._stats(sub, passing, "recorded", prefix="tidings") if passing else []

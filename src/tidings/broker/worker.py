@@ -31,6 +31,7 @@ from ..core.namespaces import is_pattern
 from ..core.retry import Outcome
 from ..store import PendingNotification, StoredEvent, SubscriptionRecord
 from .accounting import event_stats, per_notification_stats
+from .direct import DirectPush
 from .redelivery import ENDPOINT_GONE, ERROR_ANSWER, SUBSCRIPTION_ENDED, Gone, Note, Redelivery, failed_items
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ Pushed = tuple[Outcome, object, str, float | None]
 log = logging.getLogger("tidings.delivery")
 
 
-class Worker(Redelivery):
+class Worker(Redelivery, DirectPush):
     def __init__(self, d: Delivery, sub: SubscriptionRecord) -> None:
         self.d = d
         self.sub = sub
@@ -70,6 +71,13 @@ class Worker(Redelivery):
         self.settling: set[asyncio.Task[None]] = set()
         self.routed: list[tuple[int, StoredEvent]] = []
         """Notifications opened at append (``routing``), to push next."""
+        self.taken: list[StoredEvent] = []
+        """Events routed at append to a subscription that pushes before recording
+        (``direct``): recorded nowhere yet, to push next."""
+        self.acked = sub.cursor
+        """The seq up to which everything owed is confirmed or pending in the store; ahead
+        of the stored cursor while a confirmed batch's record is being written. What a
+        stopped worker took and did not push is read again from here (``_park``)."""
         self.generation = 0
         """Counts restarts after failures (``run``)."""
         self.opening: tuple[int, int] | None = None
@@ -94,7 +102,7 @@ class Worker(Redelivery):
         routed and not yet pushed) as it may (``max_unconfirmed_per_subscription``): it
         then reads no further, and routing leaves it to read the log itself later."""
         cap = self.d.settings.max_unconfirmed_per_subscription
-        return len(self.unconfirmed) + len(self.routed) + slack >= cap
+        return len(self.unconfirmed) + len(self.routed) + len(self.taken) + slack >= cap
 
     async def run(self) -> None:
         """Deliver until the subscription is deleted or ended, surviving failures.
@@ -120,9 +128,10 @@ class Worker(Redelivery):
                     return
                 # Back to what is stored: what was read but not opened is read again. (An
                 # event routed meanwhile may then be sent twice: at least once, still.)
-                self.sub.cursor = self.scan = stored[0].cursor
+                self.sub.cursor = self.scan = self.acked = stored[0].cursor
                 self.unconfirmed.clear()  # still pending in the store: sent again by _resend_stored
                 self.routed.clear()  # likewise
+                self.taken.clear()  # past the stored cursor: read again
 
     async def _run(self) -> None:
         s = self.d.settings
@@ -141,6 +150,8 @@ class Worker(Redelivery):
                 # comes while this round awaits (a route, a redrive, new events) is kept,
                 # and the worker looks again instead of sleeping on work already queued.
                 self.wakeup.clear()
+                if not self.taken:  # nothing in flight: all considered is confirmed, pending or filtered out
+                    self.acked = max(self.acked, self.scan)
                 conf = registry.sub_configs.get(self.sub.id)
                 if conf is None:  # deleted
                     return
@@ -162,6 +173,11 @@ class Worker(Redelivery):
                     batch, self.routed = self.routed[:s.delivery_batch_size], self.routed[s.delivery_batch_size:]
                     now = self.d.now_ns()
                     await self.deliver([Note(i, e, 0, now) for i, e in batch])
+                    continue
+                if self.taken:
+                    events, self.taken = self.taken[:s.delivery_batch_size], self.taken[s.delivery_batch_size:]
+                    if not await self._send(events, events[-1].seq):
+                        return
                     continue
                 if self.started and self._skip is None:
                     # Events published while stopped are not delivered (a replay can fetch
@@ -189,22 +205,40 @@ class Worker(Redelivery):
                 if not passing:
                     self.scan = max(self.scan, last)
                     continue
-                # Counted as recorded now, as sent when the endpoint takes them (``_settle``,
-                # ``_mark_sent``).
-                self.opening = (last, self.generation)
-                try:
-                    ids = await self.d.store.open_notifications(
-                        self.sub.id, passing, last, event_stats(self.sub, passing, "recorded", prefix="tidings")
-                    )
-                finally:
-                    self.opening = None
-                if not ids:  # the subscription was deleted under us
-                    return
-                self.scan = max(self.scan, last)
-                now = self.d.now_ns()
-                await self.deliver([Note(i, e, 0, now) for i, e in zip(ids, passing, strict=True)])
+                if not await self._send(passing, last):
+                    return  # the subscription was deleted under us
         except Gone as gone:
             await self.d.ended(self.sub.id, gone)
+
+    async def _send(self, events: list[StoredEvent], cursor: int) -> bool:
+        """Deliver ``events``, everything up to seq ``cursor`` that passes: pushed first
+        (``direct``), or recorded as pending with the new cursor in one commit, then
+        pushed. False if the subscription is gone."""
+        if self.direct():
+            self.scan = max(self.scan, cursor)
+            return await self.push_direct(events, cursor)
+        # Counted as recorded now, as sent when the endpoint takes them (``_settle``,
+        # ``_mark_sent``).
+        self.opening = (cursor, self.generation)
+        try:
+            ids = await self.d.store.open_notifications(
+                self.sub.id, events, cursor, event_stats(self.sub, events, "recorded", prefix="tidings")
+            )
+        finally:
+            self.opening = None
+        if not ids:
+            return False
+        self.scan = max(self.scan, cursor)
+        self.acked = max(self.acked, cursor)
+        now = self.d.now_ns()
+        await self.deliver([Note(i, e, 0, now) for i, e in zip(ids, events, strict=True)])
+        return True
+
+    def drop_taken(self) -> None:
+        """Forget the events taken and not pushed: read again from ``acked``."""
+        if self.taken:
+            self.taken.clear()
+            self.scan = min(self.scan, self.acked)
 
     def _stopped(self) -> bool:
         conf = self.d.registry.sub_configs.get(self.sub.id)
@@ -219,6 +253,7 @@ class Worker(Redelivery):
         self.routed.clear()
         self.unconfirmed.clear()
         self.redriven.clear()
+        self.drop_taken()  # recorded nowhere: read again, as published before the stop
 
     async def _idle(self) -> None:
         timeout = None

@@ -213,12 +213,38 @@ class DeliveryStore(ABC):
         events: Sequence[StoredEvent],
         cursor: int,
         stats: Iterable[Stat] = (),
+        ids: Sequence[int] | None = None,
     ) -> list[int]:
         """Record notifications for these events as pending, move the cursor, return their ids.
 
-        Notification ids are unique for this store and increase. If the subscription no
-        longer exists, nothing is written and ``[]`` is returned.
+        Notification ids are unique for this store and increase; ``ids``, one per event,
+        are ids set aside by :meth:`take_notification_ids` for a batch already pushed.
+        If the subscription no longer exists, nothing is written and ``[]`` is returned.
         """
+
+    @abstractmethod
+    async def take_notification_ids(self, n: int) -> int:
+        """Set aside ``n`` consecutive notification ids, durably, and return the first:
+        no other call or row takes them, after a restart too. For notifications pushed
+        before they are recorded (:meth:`record_confirmed`)."""
+
+    @abstractmethod
+    async def record_confirmed(
+        self,
+        subscription_id: int,
+        subscriber: str,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> None:
+        """Record notifications that were never pending, pushed under ids from
+        :meth:`take_notification_ids` and confirmed at that push, in one write: a
+        ``confirmed`` delivery record each (``(id, event)`` pairs), the subscription's
+        cursor moved up to ``cursor`` (never back; not at all if it is gone), and
+        ``stats``."""
 
     @abstractmethod
     async def settle_notifications(

@@ -22,6 +22,7 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
         events: Sequence[StoredEvent],
         cursor: int,
         stats: Iterable[Stat] = (),
+        ids: Sequence[int] | None = None,
     ) -> list[int]:
         self._check()
         stats = list(stats)  # taken before the existence check, as SQLite does
@@ -30,17 +31,42 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
             return []
         agg = aggregate(stats)
         now = time.time_ns()
+        if ids is None:
+            ids = range(self._last_note_id + 1, self._last_note_id + 1 + len(events))
+            self._last_note_id += len(events)
         notes = [
-            PendingNotification(id=self._last_note_id + i, subscription_id=subscription_id,
-                                seq=e.seq, namespace=e.namespace, created_at=now)
-            for i, e in enumerate(events, 1)
+            PendingNotification(id=i, subscription_id=subscription_id, seq=e.seq, namespace=e.namespace, created_at=now)
+            for i, e in zip(ids, events, strict=True)
         ]
         for n in notes:
             self._notes[n.id] = n
-        self._last_note_id += len(notes)
         sub.cursor = cursor
         self._apply_stats(agg)
         return [n.id for n in notes]
+
+    async def take_notification_ids(self, n: int) -> int:
+        self._check()
+        self._last_note_id += n
+        return self._last_note_id - n + 1
+
+    async def record_confirmed(
+        self,
+        subscription_id: int,
+        subscriber: str,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> None:
+        self._check()
+        agg = aggregate(stats)
+        self._confirmed_records(subscription_id, subscriber, confirmed, created_at, now, replay=False)
+        sub = self._subs.get(subscription_id)
+        if sub is not None:
+            sub.cursor = max(sub.cursor, cursor)
+        self._apply_stats(agg)
 
     async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
         self._check()

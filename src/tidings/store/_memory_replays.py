@@ -7,7 +7,6 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from ._deliveries import DeliveryRecord
 from ._memory_state import MemoryState
 from ._records import PendingNotification, Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
@@ -143,15 +142,7 @@ class MemoryReplayStore(MemoryState, ReplayStore):
             return False
         sub = self._subs.get(subscription_id)
         subscriber = "" if sub is None else sub.subscriber
-        self._deliveries.extend(
-            DeliveryRecord(
-                serial=len(self._deliveries) + k + 1, notification_id=i, subscription_id=subscription_id,
-                subscriber=subscriber, namespace=e.namespace, seq=e.seq, event_id=e.id, source=e.source,
-                event_timestamp=e.timestamp, created_at=created_at, settled_at=now, attempts=1,
-                outcome="confirmed", replay=True,
-            )
-            for k, (i, e) in enumerate(confirmed)
-        )
+        self._confirmed_records(subscription_id, subscriber, confirmed, created_at, now, replay=True)
         r.position, r.sent, r.updated_at = position, r.sent + len(confirmed), now
         self._count(stats)
         return True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -91,6 +91,20 @@ class MemoryState:
     def _apply_stats(self, agg: dict[tuple[str, str, str], int]) -> None:
         for k, v in agg.items():
             self._stats[k] = self._stats.get(k, 0) + v
+
+    def _confirmed_records(
+        self, subscription_id: int, subscriber: str, confirmed: Sequence[tuple[int, StoredEvent]],
+        created_at: int, now: int, *, replay: bool,
+    ) -> None:
+        self._deliveries.extend(
+            DeliveryRecord(
+                serial=len(self._deliveries) + k + 1, notification_id=i, subscription_id=subscription_id,
+                subscriber=subscriber, namespace=e.namespace, seq=e.seq, event_id=e.id, source=e.source,
+                event_timestamp=e.timestamp, created_at=created_at, settled_at=now, attempts=1,
+                outcome="confirmed", replay=replay,
+            )
+            for k, (i, e) in enumerate(confirmed)
+        )
 
     def _replay_state(self) -> dict[str, Any]:
         """The replays, their event copies and the credit ledger (``_memory_replays``)."""

@@ -17,7 +17,7 @@ from ._deliveries import DeliveryRecord
 from ._pg_db import DL_COLS, DL_FIELDS, PgAccess, apply_stats, stat_rows
 from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
 
-__all__ = ["DELIVERY_INSERT", "PgDeliveryStore", "insert_notifications"]
+__all__ = ["DELIVERY_INSERT", "PgDeliveryStore", "insert_confirmed", "insert_notifications", "take_ids"]
 
 _COLUMNS: Final = (
     "serial, notification_id, subscription_id, subscriber, namespace, seq, event_id, source, event_timestamp, "
@@ -76,6 +76,33 @@ async def insert_notifications(
     return ids
 
 
+async def take_ids(c: asyncpg.Connection, n: int) -> int:
+    """Set aside ``n`` notification ids (in the caller's transaction); the first.
+
+    ALTER SEQUENCE holds a lock that makes every other ``nextval`` wait for this commit,
+    so no number of the block is handed out meanwhile."""
+    await c.execute("ALTER SEQUENCE notifications_id_seq INCREMENT BY 1")
+    base = int(await c.fetchval("SELECT nextval('notifications_id_seq')"))
+    if n > 1:
+        await c.execute("SELECT setval('notifications_id_seq', $1)", base + n - 1)
+    return base
+
+
+async def insert_confirmed(
+    c: asyncpg.Connection, subscription_id: int, subscriber: str, confirmed: Sequence[tuple[int, StoredEvent]],
+    created_at: int, now: int, *, replay: bool,
+) -> None:
+    """The delivery records of notifications confirmed at their first push and never pending."""
+    await c.execute(
+        f"{_INSERT} SELECT i, $2, $3, ns, s, eid, src, ts, $8, $9, 1, 'confirmed', $11 "
+        "FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $10::bigint[]) "
+        "AS x(i, ns, s, eid, src, ts)",
+        [i for i, _ in confirmed], subscription_id, subscriber, [e.namespace for _, e in confirmed],
+        [e.seq for _, e in confirmed], [e.id for _, e in confirmed], [e.source for _, e in confirmed],
+        created_at, now, [e.timestamp for _, e in confirmed], replay,
+    )
+
+
 class PgDeliveryStore(PgAccess, DeliveryStore):
     async def open_notifications(
         self,
@@ -83,6 +110,7 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
         events: Sequence[StoredEvent],
         cursor: int,
         stats: Iterable[Stat] = (),
+        ids: Sequence[int] | None = None,
     ) -> list[int]:
         rows = stat_rows(stats)
 
@@ -92,11 +120,36 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
             )
             if not moved:
                 return []
-            ids = await insert_notifications(c, subscription_id, events, time.time_ns()) if events else []
+            opened = await insert_notifications(c, subscription_id, events, time.time_ns(), ids) if events else []
             await apply_stats(c, rows)
-            return ids
+            return opened
 
         return await self._tx(job)
+
+    async def take_notification_ids(self, n: int) -> int:
+        return await self._tx(lambda c: take_ids(c, n))
+
+    async def record_confirmed(
+        self,
+        subscription_id: int,
+        subscriber: str,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> None:
+        rows = stat_rows(stats)
+
+        async def job(c: asyncpg.Connection) -> None:
+            await insert_confirmed(c, subscription_id, subscriber, confirmed, created_at, now, replay=False)
+            await c.execute(
+                "UPDATE subscriptions SET cursor = GREATEST(cursor, $1) WHERE id = $2", cursor, subscription_id
+            )
+            await apply_stats(c, rows)
+
+        await self._tx(job)
 
     async def settle_notifications(
         self,

@@ -10,7 +10,7 @@ import msgspec
 
 from ._cluster import CHANGE_REGISTRY
 from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
-from ._pg_deliveries import DELIVERY_INSERT, insert_notifications
+from ._pg_deliveries import insert_confirmed, insert_notifications, take_ids
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
 
@@ -154,12 +154,7 @@ class PgReplayStore(PgAccess, ReplayStore):
             kept = await c.fetchval("SELECT base FROM replay_ids WHERE replay_id = $1 FOR UPDATE", replay_id)
             if kept is not None:
                 return int(kept)
-            # A block of the sequence: ALTER SEQUENCE holds a lock that makes every other
-            # nextval wait for this commit, so no number in the block is handed out.
-            await c.execute("ALTER SEQUENCE notifications_id_seq INCREMENT BY 1")
-            base = int(await c.fetchval("SELECT nextval('notifications_id_seq')"))
-            if n > 1:
-                await c.execute("SELECT setval('notifications_id_seq', $1)", base + n - 1)
+            base = await take_ids(c, n)
             await c.execute(
                 "INSERT INTO replay_ids(replay_id, base) VALUES ($1, $2) ON CONFLICT (replay_id) DO NOTHING",
                 replay_id, base,
@@ -185,14 +180,7 @@ class PgReplayStore(PgAccess, ReplayStore):
             subscriber = await _debit(c, replay_id, subscription_id, len(confirmed), done=True)
             if subscriber is None:
                 return False
-            await c.execute(
-                f"{DELIVERY_INSERT} SELECT i, $2, $3, ns, s, eid, src, ts, $8, $9, 1, 'confirmed', true "
-                "FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $10::bigint[]) "
-                "AS x(i, ns, s, eid, src, ts)",
-                [i for i, _ in confirmed], subscription_id, subscriber, [e.namespace for _, e in confirmed],
-                [e.seq for _, e in confirmed], [e.id for _, e in confirmed], [e.source for _, e in confirmed],
-                created_at, now, [e.timestamp for _, e in confirmed],
-            )
+            await insert_confirmed(c, subscription_id, subscriber, confirmed, created_at, now, replay=True)
             await _advance(c, replay_id, position, len(confirmed), now)
             await apply_stats(c, rows)
             return True

@@ -102,6 +102,9 @@ class Route:
     stats: list[Stat]
     ids: list[int] = field(default_factory=list)
     """The notification ids, one per event; filled in by the store."""
+    record: bool = True
+    """False: the store writes nothing for this route (neither notifications nor the
+    cursor); its worker pushes the events first and records them once confirmed."""
 
 
 class AppendRouter(Protocol):

@@ -16,7 +16,8 @@ from ._records import Stat, StoredEvent, SubscriptionRecord
 
 __all__ = [
     "DDL", "DL_COLS", "DL_FIELDS", "EVENT_COLS", "SUB_COLS", "SQLiteAccess", "apply_stats", "dec",
-    "delete_notifications", "enc", "event_row", "insert_notifications", "private_files", "sub_row",
+    "delete_notifications", "enc", "event_row", "insert_notifications", "insert_rows", "private_files", "sub_row",
+    "take_ids",
 ]
 
 T = TypeVar("T")
@@ -216,6 +217,22 @@ def insert_notifications(
     last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
     return list(range(last - len(events) + 1, last + 1))
 
+
+
+def take_ids(c: sqlite3.Connection, n: int) -> int:
+    """Set aside ``n`` notification ids for rows written later, or never; the first.
+
+    AUTOINCREMENT numbers after the larger of its counter and the highest id, so the
+    ids taken here are never given to a row; the durable commit keeps it so."""
+    last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'notifications'").fetchone()
+    if last is None:
+        c.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('notifications', 0)")
+    top = max(
+        int(last[0]) if last is not None else 0,
+        int(c.execute("SELECT COALESCE(MAX(id), 0) FROM notifications").fetchone()[0]),
+    )
+    c.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'notifications'", (top + n,))
+    return top + 1
 
 
 def delete_notifications(c: sqlite3.Connection, ids: Sequence[int]) -> tuple[list[int], set[int]]:

@@ -5,6 +5,7 @@ below in the same transaction as the change it records."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,11 +21,13 @@ from ._sqlite_db import (
     apply_stats,
     delete_notifications,
     insert_notifications,
+    insert_rows,
     stats_of,
+    take_ids,
 )
 from ._sqlite_writer import Writer, lazy
 
-__all__ = ["DELIVERY_INSERT", "SQLiteDeliveryStore"]
+__all__ = ["DELIVERY_INSERT", "SQLiteDeliveryStore", "insert_confirmed"]
 
 DELIVERIES_DDL: Final = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -92,6 +95,20 @@ def record_settled(conn: sqlite3.Connection, ids: Iterable[int], now: int) -> No
         conn.execute(f"{_SETTLED}({','.join('?' * len(chunk))})", (now, *chunk))
 
 
+def insert_confirmed(
+    c: sqlite3.Connection, subscription_id: int, subscriber: str, confirmed: Sequence[tuple[int, StoredEvent]],
+    created_at: int, now: int, *, replay: bool,
+) -> None:
+    """The delivery records of notifications confirmed at their first push and never
+    pending (pushed before being recorded): what ``record_settled`` copies from the rows
+    is given here."""
+    insert_rows(
+        c, f"{_INSERT} VALUES ", f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'confirmed', {int(replay)})",
+        [(i, subscription_id, subscriber, e.namespace, e.seq, e.id, e.source, e.timestamp, created_at, now)
+         for i, e in confirmed],
+    )
+
+
 def record_dead(conn: sqlite3.Connection, letters: Sequence[Any]) -> None:
     """Record the pending notifications among ``letters`` (``DeadLetter``s) as dead (before moving them)."""
     seen: set[int] = set()
@@ -130,8 +147,10 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
         events: Sequence[StoredEvent],
         cursor: int,
         stats: Iterable[Stat] = (),
+        ids: Sequence[int] | None = None,
     ) -> list[int]:
         stats = list(stats)
+        kept = None if ids is None else list(ids)
 
         @lazy  # lost to a power failure, the events are read and pushed again (_sqlite_writer)
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:
@@ -139,11 +158,36 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
             if cur.rowcount == 0:
                 return []
             w.staged_opened[subscription_id] = cursor
-            ids = insert_notifications(c, subscription_id, events, time.time_ns()) if events else []
+            ids = insert_notifications(c, subscription_id, events, time.time_ns(), kept) if events else []
             apply_stats(c, stats)
             return ids
 
         return await self._write(job)
+
+    async def take_notification_ids(self, n: int) -> int:
+        fut: asyncio.Future[int] = self._write(lambda c, w: take_ids(c, n))
+        return await fut
+
+    async def record_confirmed(
+        self,
+        subscription_id: int,
+        subscriber: str,
+        confirmed: Sequence[tuple[int, StoredEvent]],
+        cursor: int,
+        stats: Iterable[Stat] = (),
+        *,
+        created_at: int,
+        now: int,
+    ) -> None:
+        stats = list(stats)
+
+        @lazy  # lost to a power failure, the cursor goes back and the batch is pushed again
+        def job(c: sqlite3.Connection, w: Writer) -> None:
+            insert_confirmed(c, subscription_id, subscriber, confirmed, created_at, now, replay=False)
+            c.execute("UPDATE subscriptions SET cursor = MAX(cursor, ?) WHERE id = ?", (cursor, subscription_id))
+            apply_stats(c, stats)
+
+        await self._write(job)
 
     async def settle_notifications(
         self,

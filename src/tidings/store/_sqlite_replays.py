@@ -11,8 +11,8 @@ import msgspec
 
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
-from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows
-from ._sqlite_deliveries import DELIVERY_INSERT
+from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows, take_ids
+from ._sqlite_deliveries import insert_confirmed
 from ._sqlite_writer import lazy
 
 __all__ = ["REPLAY_DDL", "SQLiteReplayStore"]
@@ -234,18 +234,9 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
             kept = c.execute("SELECT base FROM replay_ids WHERE replay_id = ?", (replay_id,)).fetchone()
             if kept is not None:
                 return int(kept[0])
-            # AUTOINCREMENT numbers after the larger of this counter and the highest id, so
-            # ids taken here are never given to a row; the durable commit keeps it so.
-            last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'notifications'").fetchone()
-            if last is None:
-                c.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('notifications', 0)")
-            top = max(
-                int(last[0]) if last is not None else 0,
-                int(c.execute("SELECT COALESCE(MAX(id), 0) FROM notifications").fetchone()[0]),
-            )
-            c.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'notifications'", (top + n,))
-            c.execute("INSERT INTO replay_ids(replay_id, base) VALUES (?, ?)", (replay_id, top + 1))
-            return top + 1
+            base = take_ids(c, n)
+            c.execute("INSERT INTO replay_ids(replay_id, base) VALUES (?, ?)", (replay_id, base))
+            return base
 
         fut: asyncio.Future[int] = self._write(job)
         return await fut
@@ -268,12 +259,7 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
             subscriber = _debit(c, replay_id, subscription_id, len(confirmed), done=True)
             if subscriber is None:
                 return False
-            insert_rows(
-                c, f"{DELIVERY_INSERT} VALUES ",
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'confirmed', 1)",
-                [(i, subscription_id, subscriber, e.namespace, e.seq, e.id, e.source, e.timestamp, created_at, now)
-                 for i, e in confirmed],
-            )
+            insert_confirmed(c, subscription_id, subscriber, confirmed, created_at, now, replay=True)
             _advance(c, replay_id, position, len(confirmed), now)
             _stats(c, stats)
             return True

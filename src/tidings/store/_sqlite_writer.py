@@ -214,7 +214,7 @@ def _route(
         routes = router.plan(events, opened)
         now = time.time_ns()
         for r in routes:
-            if not r.events:
+            if not r.events or not r.record:
                 continue
             moved = conn.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (r.cursor, r.subscription_id))
             if moved.rowcount == 0:  # deleted meanwhile
