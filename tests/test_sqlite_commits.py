@@ -126,3 +126,47 @@ async def test_what_the_writer_remembers_of_opens_is_bounded(tmp_path: Path) -> 
         events = await store.append([_ev(1)])
         await store.open_notifications(s.id, events, events[-1].seq)
         assert w.opened == {s.id: events[-1].seq}
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+async def test_commit_fsync_decides_how_a_publish_is_committed(tmp_path: Path, fsync: bool) -> None:
+    """``commit_fsync`` (on by default): a write that is answered only once durable runs
+    at ``synchronous=FULL``; without it, at NORMAL, like the lazy bookkeeping."""
+    store = SQLiteStore(tmp_path / "t.db", fsync=fsync)
+    await store.open()
+    try:
+        s = await _subscribed(store)
+        events = await store.append([_ev(1)])
+        assert await store._write(lambda c, w: c.execute("PRAGMA synchronous").fetchone()[0]) == (2 if fsync else 1)
+        await store.open_notifications(s.id, events, events[-1].seq)  # lazy: NORMAL either way
+        assert await store._write(lambda c, w: c.execute("PRAGMA synchronous").fetchone()[0]) == (2 if fsync else 1)
+    finally:
+        await store.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+async def test_a_publish_answered_without_fsync_survives_the_process_being_killed(tmp_path: Path) -> None:
+    """Without ``commit_fsync`` an answered publish is in the WAL file, not yet on the
+    disk: a process crash (SIGKILL) keeps it; only a power failure could take it back."""
+    path = tmp_path / "t.db"
+    script = textwrap.dedent(f"""
+        import asyncio, os, signal
+        from tidings.store import NewEvent, SQLiteStore
+        async def main():
+            store = SQLiteStore({str(path)!r}, fsync=False)
+            await store.open()
+            for n in range(50):
+                stored = await store.append([NewEvent(namespace="a", source="src", timestamp=n, data=b'1')])
+                print(stored[-1].seq, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        asyncio.run(main())
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr.decode()
+    answered = [int(x) for x in proc.stdout.split()]
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert [e.seq for e in await store.read_after(0, ["a"], 100)] == answered
+    finally:
+        await store.close()

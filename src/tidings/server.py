@@ -50,7 +50,7 @@ def _private_data_dir(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> int:
-    broker = Broker(settings, store_for(settings.store, settings.db_path))
+    broker = Broker(settings, store_for(settings.store, settings.db_path, fsync=settings.commit_fsync))
     async with broker:
         tune_gc()
         token_file = settings.data_dir / "admin.token"

@@ -74,6 +74,13 @@ class Settings:
     delivery_linger_ms: float = 0.0
     """How long a push waits for more events to fill a batch (0: send what is there)."""
 
+    commit_fsync: bool = True
+    """A publish is answered once its commit is fsynced (SQLite ``synchronous=FULL``):
+    an acknowledged event survives a power failure. false: once the commit is written
+    to the operating system (``synchronous=NORMAL``): a process crash still loses
+    nothing acknowledged, a power failure may take the last commits back (NATS
+    JetStream's default durability). The embedded store only (docs/semantics.md)."""
+
     push_before_record: bool = True
     """A ``trusted`` subscription's live batches are pushed first and recorded once
     confirmed, without pending rows (docs/delivery.md); false records every batch as

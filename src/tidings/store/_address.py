@@ -12,11 +12,13 @@ from .sqlite import SQLiteStore
 __all__ = ["redact_address", "store_for"]
 
 
-def store_for(address: str, default_path: Path) -> Store:
+def store_for(address: str, default_path: Path, *, fsync: bool = True) -> Store:
     """The store at ``address``: a ``postgresql://`` (or ``postgres://``) address, or empty
-    for the SQLite file at ``default_path``. Raises ``ConfigError`` for anything else."""
+    for the SQLite file at ``default_path``. Raises ``ConfigError`` for anything else.
+    ``fsync``: the SQLite store's ``commit_fsync`` (PostgreSQL keeps its own
+    ``synchronous_commit``)."""
     if not address:
-        return SQLiteStore(default_path)
+        return SQLiteStore(default_path, fsync=fsync)
     scheme = address.partition("://")[0].lower()
     if scheme in ("postgresql", "postgres"):
         try:
@@ -28,7 +30,7 @@ def store_for(address: str, default_path: Path) -> Store:
             ) from None
         return PostgresStore(address)
     if scheme in ("sqlite", "file"):
-        return SQLiteStore(address.partition("://")[2] or default_path)
+        return SQLiteStore(address.partition("://")[2] or default_path, fsync=fsync)
     raise ConfigError(
         f"TIDINGS_STORE: unknown store {scheme or address!r}; use postgresql://user@host:port/database, "
         "sqlite:///path/to/file.db, or nothing (the SQLite file in the data folder)"

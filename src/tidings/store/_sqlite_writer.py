@@ -52,10 +52,14 @@ class Writer(threading.Thread):
     """The single writing connection and its group-commit loop."""
 
     def __init__(
-        self, path: str, max_batch: int, router: AppendRouter | None, setup: Callable[[sqlite3.Connection], None]
+        self, path: str, max_batch: int, router: AppendRouter | None, setup: Callable[[sqlite3.Connection], None],
+        *, fsync: bool = True,
     ) -> None:
         super().__init__(name="tidings-sqlite-writer", daemon=True)
         self._path = path
+        self._fsync = fsync
+        """False: durable commits too are left to the operating system (``synchronous=NORMAL``):
+        a process crash keeps them, a power failure may take the last ones back."""
         self._max_batch = max_batch
         self._setup = setup
         """Creates the tables and migrates them, on the writing connection before any job."""
@@ -77,8 +81,8 @@ class Writer(threading.Thread):
         # at append (``AppendRouter.plan``); ``staged_opened`` within the transaction.
         self.opened: dict[int, int] = {}
         self.staged_opened: dict[int, int] = {}
-        self._durable = True
-        """Whether the connection is at ``synchronous=FULL`` (else NORMAL, for lazy batches)."""
+        self._full = fsync
+        """Whether the connection is at ``synchronous=FULL`` (else NORMAL: lazy batches, or no fsync)."""
         self.commits = {"durable": 0, "lazy": 0}
         """Transactions committed each way, for tests and the profile."""
 
@@ -90,7 +94,7 @@ class Writer(threading.Thread):
             # incremental_vacuum). Takes effect only on a new file, before any table.
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA synchronous=FULL" if self._fsync else "PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             self._setup(conn)
         except BaseException as e:  # reported to open()
@@ -125,9 +129,10 @@ class Writer(threading.Thread):
         self.staged_opened = {}
         durable = not all(_is_lazy(job) for job, _, _ in batch)
         try:
-            if durable != self._durable:  # between transactions, as SQLite requires
-                conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
-                self._durable = durable
+            full = durable and self._fsync
+            if full != self._full:  # between transactions, as SQLite requires
+                conn.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
+                self._full = full
             conn.execute("BEGIN IMMEDIATE")
             i = 0
             while i < len(batch):

@@ -50,8 +50,10 @@ class SQLiteStore(
 ):
     """SQLite in WAL mode under ``path`` (a file; its folder is created)."""
 
-    def __init__(self, path: str | Path, *, max_batch: int = 512, readers: int = 2) -> None:
+    def __init__(self, path: str | Path, *, max_batch: int = 512, readers: int = 2, fsync: bool = True) -> None:
         self._path = str(path)
+        self._fsync = fsync
+        """Whether a publish's commit is fsynced before it is answered (``commit_fsync``)."""
         self._max_batch = max_batch
         self._readers = readers
         self._writer: Writer | None = None
@@ -68,7 +70,7 @@ class SQLiteStore(
     async def open(self) -> None:
         if self._path != ":memory:":
             private_files(Path(self._path))
-        w = Writer(self._path, self._max_batch, self._router, _setup)
+        w = Writer(self._path, self._max_batch, self._router, _setup, fsync=self._fsync)
         w.start()
         await asyncio.to_thread(w.ready.wait)
         if w.error is not None:
