@@ -70,6 +70,11 @@ class DirectPush:
     d: Delivery
     sub: SubscriptionRecord
     acked: int
+    done_upto: int
+    recording = 0
+    """Confirmed batches whose record is being written: until it is, ``acked`` (and the
+    publication's ``events:sent``, and its counters) do not count them."""
+    wakeup: asyncio.Event
 
     async def deliver(self, batch: list[Note], first: Pushed | None = None) -> None:
         raise NotImplementedError
@@ -94,8 +99,9 @@ class DirectPush:
         pushed = await self.push_once(batch)
         if pushed is not None and pushed[0] is Outcome.ACK and not failed_items(pushed[1], len(batch)):
             d.metrics.notifications_sent += len(batch)
-            self.acked = max(self.acked, cursor)
+            self.done_upto = max(self.done_upto, cursor)
             # Written beside the next push; the writer keeps the order of what is queued.
+            self.recording += 1
             self._background(self._record_confirmed(batch, cursor))
             return True
         per_ns = Counter(e.namespace for e in events)
@@ -104,7 +110,7 @@ class DirectPush:
         )
         if not ids:
             return False
-        self.acked = max(self.acked, cursor)
+        self.acked, self.done_upto = max(self.acked, cursor), max(self.done_upto, cursor)
         await self.deliver(batch, pushed)
         return True
 
@@ -124,4 +130,9 @@ class DirectPush:
         except Exception:  # the cursor stays behind: pushed again after a restart; never fail the task group
             log.exception("subscription %s: recording %d confirmed notification(s) failed", sub.id, len(batch))
             return
-        d.metrics.confirmed(d.now_ns(), [n.event.timestamp for n in batch])
+        else:
+            self.acked = max(self.acked, cursor)
+            d.metrics.confirmed(d.now_ns(), [n.event.timestamp for n in batch])
+        finally:
+            self.recording -= 1
+            self.wakeup.set()  # an idle worker moves ``acked`` over what it filtered out since

@@ -75,9 +75,12 @@ class Worker(Redelivery, DirectPush):
         """Events routed at append to a subscription that pushes before recording
         (``direct``): recorded nowhere yet, to push next."""
         self.acked = sub.cursor
-        """The seq up to which everything owed is confirmed or pending in the store; ahead
-        of the stored cursor while a confirmed batch's record is being written. What a
-        stopped worker took and did not push is read again from here (``_park``)."""
+        """The seq up to which everything owed is recorded in the store, as confirmed or
+        as pending (the publication's ``events:sent``)."""
+        self.done_upto = sub.cursor
+        """The seq up to which everything owed is confirmed or pending; ahead of ``acked``
+        while a confirmed batch's record is being written. What a stopped worker took and
+        did not push is read again from here (``_park``)."""
         self.generation = 0
         """Counts restarts after failures (``run``)."""
         self.opening: tuple[int, int] | None = None
@@ -128,7 +131,7 @@ class Worker(Redelivery, DirectPush):
                     return
                 # Back to what is stored: what was read but not opened is read again. (An
                 # event routed meanwhile may then be sent twice: at least once, still.)
-                self.sub.cursor = self.scan = self.acked = stored[0].cursor
+                self.sub.cursor = self.scan = self.acked = self.done_upto = stored[0].cursor
                 self.unconfirmed.clear()  # still pending in the store: sent again by _resend_stored
                 self.routed.clear()  # likewise
                 self.taken.clear()  # past the stored cursor: read again
@@ -150,8 +153,12 @@ class Worker(Redelivery, DirectPush):
                 # comes while this round awaits (a route, a redrive, new events) is kept,
                 # and the worker looks again instead of sleeping on work already queued.
                 self.wakeup.clear()
-                if not self.taken:  # nothing in flight: all considered is confirmed, pending or filtered out
-                    self.acked = max(self.acked, self.scan)
+                if not self.taken:
+                    # Nothing in flight: everything considered is confirmed, pending or
+                    # filtered out; and recorded, once no record is being written.
+                    self.done_upto = max(self.done_upto, self.scan)
+                    if not self.recording:
+                        self.acked = max(self.acked, self.scan)
                 conf = registry.sub_configs.get(self.sub.id)
                 if conf is None:  # deleted
                     return
@@ -229,16 +236,16 @@ class Worker(Redelivery, DirectPush):
         if not ids:
             return False
         self.scan = max(self.scan, cursor)
-        self.acked = max(self.acked, cursor)
+        self.acked, self.done_upto = max(self.acked, cursor), max(self.done_upto, cursor)
         now = self.d.now_ns()
         await self.deliver([Note(i, e, 0, now) for i, e in zip(ids, events, strict=True)])
         return True
 
     def drop_taken(self) -> None:
-        """Forget the events taken and not pushed: read again from ``acked``."""
+        """Forget the events taken and not pushed: read again from ``done_upto``."""
         if self.taken:
             self.taken.clear()
-            self.scan = min(self.scan, self.acked)
+            self.scan = min(self.scan, self.done_upto)
 
     def _stopped(self) -> bool:
         conf = self.d.registry.sub_configs.get(self.sub.id)
