@@ -26,14 +26,12 @@ from collections import Counter
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..core.retry import Outcome
 from ..store import Store, StoredEvent, SubscriptionRecord
 from .accounting import counted
-from .redelivery import Note, failed_items
+from .redelivery import Note, Pushed, taken_whole
 
 if TYPE_CHECKING:
     from .delivery import Delivery
-    from .worker import Pushed
 
 __all__ = ["DirectPush", "NoteIds"]
 
@@ -97,7 +95,7 @@ class DirectPush:
         now = d.now_ns()
         batch = [Note(base + k, e, 0, now) for k, e in enumerate(events)]
         pushed = await self.push_once(batch)
-        if pushed is not None and pushed[0] is Outcome.ACK and not failed_items(pushed[1], len(batch)):
+        if taken_whole(pushed, len(batch)):
             d.metrics.notifications_sent += len(batch)
             self.done_upto = max(self.done_upto, cursor)
             # Written beside the next push; the writer keeps the order of what is queued.

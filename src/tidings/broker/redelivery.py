@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..core.config import SubscriptionConfig
-from ..core.retry import Backoff
+from ..core.retry import Backoff, Outcome
 from ..store import DeadLetter, PendingNotification, StoredEvent, SubscriptionRecord
 from .accounting import event_stats
 
@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTEMPTS_EXHAUSTED", "ENDPOINT_GONE", "ERROR_ANSWER", "MAX_AGE", "SUBSCRIPTION_ENDED", "Gone", "Note",
-    "Redelivery", "failed_items",
+    "Pushed", "Redelivery", "failed_items", "taken_whole",
 ]
+
+Pushed = tuple[Outcome, object, str, float | None]
+"""A push's outcome, its decoded answer, a reason for logs, a Retry-After (``Delivery.post``)."""
 
 log = logging.getLogger("tidings.delivery")
 
@@ -72,6 +75,12 @@ def failed_items(answer: object, n: int) -> set[int]:
     if not isinstance(answer, list) or len(answer) != n:
         return set()
     return {i for i, item in enumerate(answer) if isinstance(item, dict) and "Err" in item}
+
+
+def taken_whole(pushed: Pushed | None, n: int) -> bool:
+    """Whether a push of ``n`` notifications (None: not made) confirmed all of them: what
+    lets a batch pushed before being recorded be recorded as delivered at once."""
+    return pushed is not None and pushed[0] is Outcome.ACK and not failed_items(pushed[1], n)
 
 
 def by_event(notes: list[Note]) -> list[Note]:

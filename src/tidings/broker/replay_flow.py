@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ..core.retry import Outcome
 from ..store import ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
 from .accounting import counted
 from .delivery import Delivery
-from .redelivery import Note, failed_items
+from .redelivery import Note, taken_whole
 from .replay_source import ReplaySource
 
 __all__ = ["InFlight", "ReadAhead", "replayed"]
@@ -172,9 +171,7 @@ class InFlight:
         if w is None:
             return False
         pushed = await w.push_once([Note(i, e, 0, now) for i, e in pairs]) if pairs else None
-        if not pairs or (
-            pushed is not None and pushed[0] is Outcome.ACK and not failed_items(pushed[1], len(pairs))
-        ):
+        if not pairs or taken_whole(pushed, len(pairs)):
             d.metrics.notifications_sent += len(pairs)
             # Written while the next batch is pushed, once the record before it is: a
             # crash before it commits pushes this batch again, beside the one in flight.

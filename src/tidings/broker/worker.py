@@ -32,15 +32,21 @@ from ..core.retry import Outcome
 from ..store import PendingNotification, StoredEvent, SubscriptionRecord
 from .accounting import event_stats, per_notification_stats
 from .direct import DirectPush
-from .redelivery import ENDPOINT_GONE, ERROR_ANSWER, SUBSCRIPTION_ENDED, Gone, Note, Redelivery, failed_items
+from .redelivery import (
+    ENDPOINT_GONE,
+    ERROR_ANSWER,
+    SUBSCRIPTION_ENDED,
+    Gone,
+    Note,
+    Pushed,
+    Redelivery,
+    failed_items,
+)
 
 if TYPE_CHECKING:
     from .delivery import Delivery
 
 __all__ = ["Gone", "Note", "Pushed", "Worker"]
-
-Pushed = tuple[Outcome, object, str, float | None]
-"""A push's outcome, its decoded answer, a reason for logs, a Retry-After (``Delivery.post``)."""
 
 log = logging.getLogger("tidings.delivery")
 
