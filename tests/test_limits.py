@@ -130,3 +130,24 @@ NUMERIC_SETTINGS = [f.name for f in dataclasses.fields(Settings) if f.type in ("
 def test_every_numeric_setting_has_bounds(name: str, raw: str) -> None:
     with pytest.raises(ConfigError, match=f"TIDINGS_{name.upper()}"):
         Settings.from_env({f"TIDINGS_{name.upper()}": raw})
+
+
+BOOL_SETTINGS = [f.name for f in dataclasses.fields(Settings) if f.type == "bool"]
+
+
+@given(st.sampled_from(BOOL_SETTINGS), st.text(max_size=12))
+def test_every_boolean_setting_takes_only_its_words(name: str, raw: str) -> None:
+    """``TIDINGS_COMMIT_FSYNC``, ``TIDINGS_PUSH_BEFORE_RECORD`` and the rest: a word that
+    is not one of the listed ones is refused, naming the variable, never read as false."""
+    words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+    key = raw.strip().lower()
+    if key in words:
+        assert getattr(Settings.from_env({f"TIDINGS_{name.upper()}": raw}), name) is words[key]
+    else:
+        with pytest.raises(ConfigError, match=f"TIDINGS_{name.upper()}"):
+            Settings.from_env({f"TIDINGS_{name.upper()}": raw})
+
+
+def test_the_durable_and_push_first_defaults() -> None:
+    s = Settings.from_env({})
+    assert s.commit_fsync is True and s.push_before_record is True
