@@ -22,7 +22,8 @@ import pytest
 from tidings.broker import Broker
 from tidings.core.wire import Event, PublicationRegistration, SubscriptionRegistration
 from tidings.settings import Settings
-from tidings.store import PrincipalRecord, SQLiteStore
+from tidings.store import DeliveryRecord, PrincipalRecord, SQLiteStore
+from tidings.store._sqlite_deliveries import read_deliveries
 
 from .conftest import eventually, read_body, respond
 
@@ -85,6 +86,12 @@ def _rows(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return c.execute(sql, args).fetchall()
 
 
+def _records(db: Path) -> list[DeliveryRecord]:
+    """The delivery records as the store reads them (a confirmed batch is one row of many)."""
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        return read_deliveries(c, 0, None)
+
+
 def _cursor(db: Path, sub_id: int) -> int:
     return int(_rows(db, "SELECT cursor FROM subscriptions WHERE id = ?", sub_id)[0][0])
 
@@ -105,13 +112,13 @@ async def test_a_push_held_open_is_recorded_nowhere_and_moves_the_cursor_once_co
         await eventually(lambda: ep.pushes)
         assert _rows(db, "SELECT id FROM notifications") == []
         assert _cursor(db, sub_id) == before
-        assert _rows(db, "SELECT notification_id FROM deliveries") == []
+        assert _records(db) == []
         ep.hold.set()
-        await eventually(lambda: len(_rows(db, "SELECT 1 FROM deliveries")) == 3)
+        await eventually(lambda: len(_records(db)) == 3)
         last = _rows(db, "SELECT MAX(seq) FROM events")[0][0]
         await eventually(lambda: _cursor(db, sub_id) == last)
         pushed = [nid for push in ep.pushes for nid, _ in push]
-        assert [r[0] for r in _rows(db, "SELECT notification_id FROM deliveries ORDER BY serial")] == pushed
+        assert [r.notification_id for r in _records(db)] == pushed
         assert ep.events() == [1, 2, 3]
         assert _rows(db, "SELECT id FROM notifications") == []
 
@@ -126,13 +133,13 @@ async def _scenario(folder: Path, direct: bool, endpoints: Any) -> tuple[Any, ..
         sub_id = await _subscribe(broker, (await endpoints(ep)).url)
         for n in range(1, 21):
             await broker.broadcaster.publish(ADMIN, [_event(n), _event(n + 100)][: 1 + n % 2])
-        await eventually(lambda: len(_rows(db, "SELECT 1 FROM deliveries")) == 30)
+        await eventually(lambda: len(_records(db)) == 30)
         await eventually(lambda: not _rows(db, "SELECT id FROM notifications"))
         worker = broker.delivery.worker(sub_id)
         assert worker is not None
         await worker.settled()
         stats = await broker.store.stats("subscription", str(sub_id))
-    records = sorted(_rows(db, "SELECT seq, attempts, outcome FROM deliveries"))
+    records = sorted((r.seq, r.attempts, r.outcome) for r in _records(db))
     return stats, records, sorted(ep.events())
 
 
@@ -159,8 +166,8 @@ async def test_an_err_item_is_pushed_again_under_the_id_it_was_first_pushed_with
     first, again = ep.pushes[1], ep.pushes[2]
     assert again == first[:1]  # the Err item, under its own id
     db = tmp_path / "tidings.db"
-    await eventually(lambda: len(_rows(db, "SELECT 1 FROM deliveries")) == 3)
-    attempts = dict(_rows(db, "SELECT notification_id, attempts FROM deliveries"))
+    await eventually(lambda: len(_records(db)) == 3)
+    attempts = {r.notification_id: r.attempts for r in _records(db)}
     assert attempts[first[0][0]] == 2 and attempts[first[1][0]] == 1
     assert _cursor(db, sub_id) == _rows(db, "SELECT MAX(seq) FROM events")[0][0]
 

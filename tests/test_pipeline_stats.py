@@ -140,7 +140,8 @@ def settled(data_dir: Path, n: int) -> bool:
     import sqlite3
 
     with sqlite3.connect(data_dir / "tidings.db") as conn:
-        done = conn.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0]
+        # A batch confirmed whole is one row of n records (tidings.core.record_batch).
+        done = conn.execute("SELECT COALESCE(SUM(COALESCE(n, 1)), 0) FROM deliveries").fetchone()[0]
         pending = conn.execute("SELECT COUNT(*) FROM notifications").fetchone()[0]
     assert done <= n
     return bool(done == n and pending == 0)

@@ -14,7 +14,7 @@ notification this is about half the time of encoding a struct for each
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 
@@ -39,27 +39,38 @@ class _Noted(Protocol):
     def event(self) -> StoredEvent: ...
 
 
-class _Shared(msgspec.Struct):
-    eventId: int
-    prev_id: int | None
-    timestamp: int
-    namespace: str
-    data: msgspec.Raw
-    source: str
+_PART: Final = b'"eventId":%d,"prev_id":%b,"timestamp":%d,"namespace":%b,"data":%b,"source":%b'
+_WHOLE: Final = b'{"id":%d,' + _PART + b"%b%b%b"
+_NAMES_MAX = 4096
+"""Namespaces and sources kept JSON-encoded; all are dropped past this many."""
 
 
 class PushBodies:
     def __init__(self) -> None:
         self._shared: dict[int, bytes] = {}
         self._bytes = 0
+        self._names: dict[str, bytes] = {}
+
+    def _name(self, s: str) -> bytes:
+        # A JSON string: the few namespaces and publishers of a push are encoded once.
+        got = self._names.get(s)
+        if got is None:
+            if len(self._names) >= _NAMES_MAX:
+                self._names.clear()
+            got = self._names[s] = _encode(s)
+        return got
 
     def _of(self, e: StoredEvent, keep_above: int) -> bytes:
         # Keyed by seq: a replayed copy of an event differs only in its headers, which are
         # not in this part.
         part = self._shared.get(e.seq)
         if part is None:
-            encoded = _encode(_Shared(e.id, e.prev_id, e.timestamp, e.namespace, msgspec.Raw(e.data), e.source))
-            part = encoded[1:-1]  # the fields without their braces
+            # Formatted rather than encoded from a struct: half the time, and ``data`` is
+            # the stored JSON already.
+            prev = b"null" if e.prev_id is None else b"%d" % e.prev_id
+            part = _PART % (
+                e.id, prev, e.timestamp, self._name(e.namespace), e.data, self._name(e.source)
+            )
             if e.seq > keep_above and len(part) <= _PART_MAX:
                 if self._bytes + len(part) > _CACHED_BYTES:
                     self._shared.clear()
@@ -78,13 +89,20 @@ class PushBodies:
         The shared parts of events with a seq above ``keep_above`` are kept."""
         sent = b"%b%d}]]}" % (_SENT_KEY, sent_ns)
         middle = b',"filter":' + _encode(filter) + b',"headers":'
-        shared = self._of
+        kept, name = self._shared, self._name
         out = []
         for n in batch:
             e = n.event
             headers = e.headers
-            if headers == b"[]":
-                out.append(b'{"id":%d,%b%b[%b' % (n.id, shared(e, keep_above), middle, sent))
-            else:
-                out.append(b'{"id":%d,%b%b%b,%b' % (n.id, shared(e, keep_above), middle, headers[:-1], sent))
+            opened = b"[" if headers == b"[]" else headers[:-1] + b","
+            part = kept.get(e.seq)
+            if part is None and e.seq <= keep_above:
+                # Not kept (a replayed or old event): one format for the whole notification.
+                prev = b"null" if e.prev_id is None else b"%d" % e.prev_id
+                out.append(_WHOLE % (n.id, e.id, prev, e.timestamp, name(e.namespace), e.data, name(e.source), middle,
+                                     opened, sent))
+                continue
+            if part is None:
+                part = self._of(e, keep_above)
+            out.append(b'{"id":%d,%b%b%b%b' % (n.id, part, middle, opened, sent))
         return b"[" + b",".join(out) + b"]"

@@ -222,6 +222,10 @@ class Session(abc.ABC):
     def has_tables(self, names: Sequence[str]) -> bool:
         """Whether every table of ``names`` exists (a store written by an older tidings may lack some)."""
 
+    @abc.abstractmethod
+    def has_columns(self, table: str, names: Sequence[str]) -> bool:
+        """Whether ``table`` has every column of ``names`` (a store written by an older tidings may lack some)."""
+
     # -- trimming and space (write sessions) ----------------------------------------------
 
     @abc.abstractmethod

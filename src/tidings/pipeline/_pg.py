@@ -146,6 +146,12 @@ class PgSession(Session):
     def has_tables(self, names: Sequence[str]) -> bool:
         return self._count("SELECT COUNT(*) FROM unnest($1::text[]) t WHERE to_regclass(t) IS NULL", list(names)) == 0
 
+    def has_columns(self, table: str, names: Sequence[str]) -> bool:
+        return self._count(
+            "SELECT COUNT(*) FROM unnest($2::text[]) c WHERE NOT EXISTS (SELECT 1 FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = $1 AND column_name = c)", table, list(names),
+        ) == 0
+
     def trim_archived(self, namespace: str, upto: int) -> int:
         bounds = self.id_bounds(namespace)
         total = 0

@@ -126,6 +126,9 @@ class SQLiteSession(Session):
         found = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         return set(names) <= found
 
+    def has_columns(self, table: str, names: Sequence[str]) -> bool:
+        return set(names) <= {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+
     def trim_archived(self, namespace: str, upto: int) -> int:
         conn = self.conn
         first = conn.execute("SELECT MIN(id) FROM events WHERE namespace = ?", (namespace,)).fetchone()[0]
@@ -154,21 +157,24 @@ class SQLiteSession(Session):
         conn = self.conn
         if not self.has_tables(["deliveries"]):
             return 0  # a store written before delivery records existed
+        packed = self.has_columns("deliveries", ["n"])
         total = 0
         while True:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                cur = conn.execute(
-                    "DELETE FROM deliveries WHERE serial IN "
-                    "(SELECT serial FROM deliveries WHERE settled_at < ? ORDER BY settled_at LIMIT ?)",
+                # A packed row (tidings.core.record_batch) is n records.
+                gone = conn.execute(
+                    f"DELETE FROM deliveries WHERE serial IN "
+                    "(SELECT serial FROM deliveries WHERE settled_at < ? ORDER BY settled_at LIMIT ?) "
+                    f"RETURNING {'COALESCE(n, 1)' if packed else '1'}",
                     (before_ns, TRIM_BATCH),
-                )
+                ).fetchall()
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            total += int(cur.rowcount)
-            if cur.rowcount < TRIM_BATCH:
+            total += sum(k for (k,) in gone)
+            if len(gone) < TRIM_BATCH:
                 return total
 
     def store_bytes(self) -> int:

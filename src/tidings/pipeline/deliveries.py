@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
+from ..core.record_batch import MAX_ITEMS, expand
 from ._backend import hot_log
 from ._hotlog import Binds
 from .errors import PipelineError
@@ -88,6 +89,8 @@ _QUERIES: Final = {
         "LEFT JOIN replay_notes r ON r.id = n.id WHERE TRUE",
     ),
 }
+# The deliveries select with the packed records of a row last (tidings.core.record_batch).
+_PACKED: Final = _QUERIES["deliveries"][1].replace(" FROM deliveries ", ", items FROM deliveries ")
 _SQL_COLUMN: Final = {
     "deliveries": {"serial": "serial", "settled_at": "settled_at", "created_at": "created_at"},
     "pending": {"serial": "n.id", "settled_at": "CAST(NULL AS BIGINT)", "created_at": "n.created_at"},
@@ -157,13 +160,15 @@ class DeliveriesReader(DataSourceReader):
             hi[col] = min(hi.get(col, v1), v1)
         return isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual)
 
-    def _where(self, b: Binds) -> str:
-        """The pushed-down bounds as ``AND`` clauses, their values added to ``b``."""
+    def _where(self, b: Binds, packed: bool = False) -> str:
+        """The pushed-down bounds as ``AND`` clauses, their values added to ``b``. With
+        packed rows, the lower bound on ``serial`` reaches back to the row that may hold it."""
         cols = _SQL_COLUMN[self.table]
         sql = []
         for col in _INT_COLUMNS:
             if col in self.bounds.lo:
-                sql.append(f" AND {cols[col]} >= {b(self.bounds.lo[col])}")
+                lo = self.bounds.lo[col] - (MAX_ITEMS - 1 if packed and col == "serial" else 0)
+                sql.append(f" AND {cols[col]} >= {b(lo)}")
             if col in self.bounds.hi:
                 sql.append(f" AND {cols[col]} <= {b(self.bounds.hi[col])}")
         return "".join(sql)
@@ -173,13 +178,16 @@ class DeliveriesReader(DataSourceReader):
         with hot_log(self.path).connect() as conn:
             if not conn.has_tables(["deliveries", "replay_notes"]):
                 return []  # a store last opened by an older tidings: no records yet
+            packed = self.table == "deliveries" and conn.has_columns("deliveries", ["n", "items"])
             b = conn.binds()
-            found = conn.one(f"SELECT MIN({key}), MAX({key}) FROM {_FROM[self.table]} WHERE TRUE{self._where(b)}", b)
+            last = f"MAX({key} + COALESCE(n, 1) - 1)" if packed else f"MAX({key})"
+            found = conn.one(f"SELECT MIN({key}), {last} FROM {_FROM[self.table]} WHERE TRUE{self._where(b, packed)}",
+                             b)
         lo, hi = found if found else (None, None)
         if lo is None:
             return []
         size = self.partition_size
-        return [InputPartition((a, min(hi, a + size - 1))) for a in range(int(lo), int(hi) + 1, size)]
+        return [InputPartition((a, min(hi, a + size - 1), packed)) for a in range(int(lo), int(hi) + 1, size)]
 
     # -- reading (executors) -------------------------------------------------------
 
@@ -187,19 +195,30 @@ class DeliveriesReader(DataSourceReader):
         if not isinstance(partition.value, tuple | list):  # Spark reads one empty partition when none were planned
             return
         key, select = _QUERIES[self.table]
-        after, hi = partition.value[0] - 1, partition.value[1]
+        lo, hi, packed = partition.value
+        # A packed row holds the records of serials serial .. serial + n - 1: the one holding
+        # ``lo`` starts up to MAX_ITEMS back, and a row is read by the partition it starts in
+        # and by the next one it reaches into, each keeping its own serials.
+        after = lo - (MAX_ITEMS if packed else 1)
+        keep_lo, keep_hi = max(lo, self.bounds.lo.get("serial", lo)), min(hi, self.bounds.hi.get("serial", hi))
         indexes = [DELIVERY_SCHEMA.fieldNames().index(c) for c in self.columns]
         with hot_log(self.path).connect() as conn:
             while after < hi:
                 # Keyset paging, as the event reader does: no read transaction pins a snapshot for long.
                 b = conn.binds()
                 rows = conn.rows(
-                    f"{select} AND {key} > {b(after)} AND {key} <= {b(hi)}{self._where(b)} "
-                    f"ORDER BY {key} LIMIT {b(_BATCH)}",
+                    f"{_PACKED if packed else select} AND {key} > {b(after)} "
+                    f"AND {key} <= {b(hi)}{self._where(b, packed)} ORDER BY {key} LIMIT {b(_BATCH)}",
                     b,
                 )
                 if not rows:
                     return
+                if packed:
+                    after = rows[-1][0]
+                    rows = [r for row in rows for r in expand(row[:-1], row[-1]) if keep_lo <= r[0] <= keep_hi]
+                    if rows:
+                        yield _batch(rows, indexes, self.arrow_schema)
+                    continue
                 yield _batch(rows, indexes, self.arrow_schema)
                 after = rows[-1][0]
 

@@ -1,4 +1,4 @@
-"""The delivery record: one row per notification outcome, kept after the notification is gone.
+"""The delivery record: one per notification outcome, kept after the notification is gone.
 
 A pending notification is deleted when it is settled, so without this record nothing
 would be left to measure delivery latency or outcomes over time. Each store appends a
@@ -13,6 +13,9 @@ So a notification that is dead-lettered, redriven and then confirmed has two row
 (``dead``, then ``confirmed``), and one dead-lettered and then dropped has ``dead`` and
 ``dropped``. The Spark statistics job (``tidings.pipeline.stats``) reads the table; the
 archive job trims it by age (docs/pipeline.md, Statistics).
+
+A batch confirmed whole at its first push may be kept as one row of many records
+(``tidings.core.record_batch``, the SQLite store); every reader gives them one by one.
 
 This module holds the record; each backend writes it (``_sqlite_deliveries``,
 ``_memory_deliveries``, ``_pg_deliveries``).

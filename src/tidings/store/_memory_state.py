@@ -96,9 +96,10 @@ class MemoryState:
         self, subscription_id: int, subscriber: str, confirmed: Sequence[tuple[int, StoredEvent]],
         created_at: int, now: int, *, replay: bool,
     ) -> None:
+        base = len(self._deliveries)  # not read inside the generator: extend grows the list as it goes
         self._deliveries.extend(
             DeliveryRecord(
-                serial=len(self._deliveries) + k + 1, notification_id=i, subscription_id=subscription_id,
+                serial=base + k + 1, notification_id=i, subscription_id=subscription_id,
                 subscriber=subscriber, namespace=e.namespace, seq=e.seq, event_id=e.id, source=e.source,
                 event_timestamp=e.timestamp, created_at=created_at, settled_at=now, attempts=1,
                 outcome="confirmed", replay=replay,

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from ..core.record_batch import MAX_ITEMS, RECORD_COLUMNS, expand, pack, unpack
 from ._base import DeliveryStore
 from ._deliveries import DeliveryRecord
 from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
@@ -21,13 +22,12 @@ from ._sqlite_db import (
     apply_stats,
     delete_notifications,
     insert_notifications,
-    insert_rows,
     stats_of,
     take_ids,
 )
 from ._sqlite_writer import Writer, lazy
 
-__all__ = ["DELIVERY_INSERT", "SQLiteDeliveryStore", "insert_confirmed"]
+__all__ = ["BATCH_INDEX", "DELIVERY_INSERT", "SQLiteDeliveryStore", "insert_confirmed"]
 
 DELIVERIES_DDL: Final = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -44,17 +44,24 @@ CREATE TABLE IF NOT EXISTS deliveries (
     settled_at INTEGER NOT NULL,
     attempts INTEGER NOT NULL,
     outcome TEXT NOT NULL,
-    replay INTEGER NOT NULL DEFAULT 0
+    replay INTEGER NOT NULL DEFAULT 0,
+    n INTEGER,
+    items BLOB
 );
 CREATE INDEX IF NOT EXISTS deliveries_settled ON deliveries(settled_at);
 CREATE INDEX IF NOT EXISTS deliveries_notification ON deliveries(notification_id);
 """
 
-COLUMNS: Final = (
-    "serial, notification_id, subscription_id, subscriber, namespace, seq, event_id, source, event_timestamp, "
-    "created_at, settled_at, attempts, outcome, replay"
+# A row with ``items`` holds ``n`` records of one confirmed batch (tidings.core.record_batch):
+# the partial index finds the row a notification id falls in, and costs one entry per batch.
+BATCH_INDEX: Final = (
+    "CREATE INDEX IF NOT EXISTS deliveries_batches ON deliveries(notification_id) WHERE items IS NOT NULL"
 )
+COLUMNS: Final = ", ".join(RECORD_COLUMNS)
 _INSERT: Final = f"INSERT INTO deliveries({COLUMNS.removeprefix('serial, ')})"
+_INSERT_PACKED: Final = (
+    f"INSERT INTO deliveries({COLUMNS}, n, items) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'confirmed', ?, ?, ?)"
+)
 DELIVERY_INSERT: Final = _INSERT
 
 # Each statement copies a row that is about to be deleted, so it must run before the
@@ -101,12 +108,38 @@ def insert_confirmed(
 ) -> None:
     """The delivery records of notifications confirmed at their first push and never
     pending (pushed before being recorded): what ``record_settled`` copies from the rows
-    is given here."""
-    insert_rows(
-        c, f"{_INSERT} VALUES ", f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'confirmed', {int(replay)})",
-        [(i, subscription_id, subscriber, e.namespace, e.seq, e.id, e.source, e.timestamp, created_at, now)
-         for i, e in confirmed],
-    )
+    is given here.
+
+    Written as one row per run of up to ``MAX_ITEMS`` records of one namespace, which
+    takes as many consecutive serials (``tidings.core.record_batch``); a run of one is a
+    plain row. The writer is the only one to insert, so reading and moving the table's
+    AUTOINCREMENT counter within its transaction cannot race."""
+    pairs, runs = list(confirmed), []
+    ns = pairs[0][1].namespace if pairs else ""
+    if all(e.namespace == ns for _, e in pairs):  # a replay's batch, a subscription's
+        runs = [pairs[k : k + MAX_ITEMS] for k in range(0, len(pairs), MAX_ITEMS)]
+    else:
+        for pair in pairs:
+            last = runs[-1] if runs else None
+            if last is not None and len(last) < MAX_ITEMS and last[0][1].namespace == pair[1].namespace:
+                last.append(pair)
+            else:
+                runs.append([pair])
+    for run in runs:
+        i0, e0 = run[0]
+        if len(run) == 1:
+            c.execute(f"{_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'confirmed', ?)",
+                      (i0, subscription_id, subscriber, e0.namespace, e0.seq, e0.id, e0.source, e0.timestamp,
+                       created_at, now, int(replay)))
+            continue
+        row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'deliveries'").fetchone()
+        first = (int(row[0]) if row else 0) + 1
+        evs = [e for _, e in run]
+        items = pack([i for i, _ in run], [e.seq for e in evs], [e.id for e in evs], [e.source for e in evs],
+                     [e.timestamp for e in evs])
+        c.execute(_INSERT_PACKED, (first, i0, subscription_id, subscriber, e0.namespace, e0.seq, e0.id, e0.source,
+                                   e0.timestamp, created_at, now, int(replay), len(run), items))
+        c.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'deliveries'", (first + len(run) - 1,))
 
 
 def record_dead(conn: sqlite3.Connection, letters: Sequence[Any]) -> None:
@@ -126,18 +159,26 @@ def record_dropped(conn: sqlite3.Connection, ids: Iterable[int], now: int) -> No
 
 
 def read_deliveries(conn: sqlite3.Connection, after: int, limit: int | None) -> list[DeliveryRecord]:
-    rows = conn.execute(
-        f"SELECT {COLUMNS} FROM deliveries WHERE serial > ? ORDER BY serial LIMIT ?",
-        (after, -1 if limit is None else limit),
-    ).fetchall()
-    return [
-        DeliveryRecord(
-            serial=r[0], notification_id=r[1], subscription_id=r[2], subscriber=r[3], namespace=r[4], seq=r[5],
-            event_id=r[6], source=r[7], event_timestamp=r[8], created_at=r[9], settled_at=r[10],
-            attempts=r[11], outcome=r[12], replay=bool(r[13]),
-        )
-        for r in rows
-    ]
+    out: list[DeliveryRecord] = []
+    # A packed row starting up to MAX_ITEMS serials back may hold the records after ``after``.
+    key, page = after - MAX_ITEMS, 1000
+    while limit is None or len(out) < limit:
+        rows = conn.execute(
+            f"SELECT {COLUMNS}, items FROM deliveries WHERE serial > ? ORDER BY serial LIMIT ?", (key, page)
+        ).fetchall()
+        for row in rows:
+            out.extend(
+                DeliveryRecord(
+                    serial=r[0], notification_id=r[1], subscription_id=r[2], subscriber=r[3], namespace=r[4],
+                    seq=r[5], event_id=r[6], source=r[7], event_timestamp=r[8], created_at=r[9], settled_at=r[10],
+                    attempts=r[11], outcome=r[12], replay=bool(r[13]),
+                )
+                for r in expand(row[:-1], row[-1]) if r[0] > after
+            )
+        if len(rows) < page:
+            break
+        key = rows[-1][0]
+    return out if limit is None else out[:limit]
 
 
 class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
@@ -256,6 +297,20 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
                     f"SELECT notification_id, subscriber FROM deliveries WHERE notification_id IN ({marks})", chunk
                 ))
                 out.update(c.execute(f"SELECT id, subscriber FROM dead_letters WHERE id IN ({marks})", chunk))
+            packed: dict[int, tuple[str, set[int]]] = {}  # each row unpacked once per call
+            for i in todo:
+                if i in out:
+                    continue
+                # Batches take disjoint id blocks; two rows back covers one pushed again after a crash.
+                for serial, subscriber, items in c.execute(
+                    "SELECT serial, subscriber, items FROM deliveries WHERE items IS NOT NULL AND notification_id <= ? "
+                    "ORDER BY notification_id DESC LIMIT 2", (i,),
+                ):
+                    if serial not in packed:
+                        packed[serial] = (subscriber, set(unpack(items).ids))
+                    if i in packed[serial][1]:
+                        out[i] = subscriber
+                        break
             return out
 
         return await self._read(q)

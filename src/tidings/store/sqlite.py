@@ -24,7 +24,7 @@ from ..errors import StoreError
 from ._base import Store
 from ._records import AppendRouter
 from ._sqlite_db import DDL, private_files
-from ._sqlite_deliveries import DELIVERIES_DDL, SQLiteDeliveryStore
+from ._sqlite_deliveries import BATCH_INDEX, DELIVERIES_DDL, SQLiteDeliveryStore
 from ._sqlite_events import SQLiteEventStore
 from ._sqlite_principals import SQLitePrincipalStore
 from ._sqlite_registry import SQLiteRegistryStore
@@ -129,4 +129,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
         # Earlier versions counted a notification as sent when it was recorded: the rows
         # pending now were counted already.
         conn.execute("ALTER TABLE notifications ADD COLUMN sent INTEGER NOT NULL DEFAULT 1")
+    if "items" not in {r[1] for r in conn.execute("PRAGMA table_info(deliveries)")}:
+        # Earlier versions kept a row per record: none of theirs is packed.
+        conn.execute("ALTER TABLE deliveries ADD COLUMN n INTEGER")
+        conn.execute("ALTER TABLE deliveries ADD COLUMN items BLOB")
+    conn.execute(BATCH_INDEX)
     migrate_schemas(conn)
