@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
+from tidings.core import replay as rules
 from tidings.store import InsufficientCredit, ReplayRecord, Stat, Store, StoredEvent
 
 from .test_store_contract import ev, store, sub
@@ -116,6 +118,17 @@ async def test_read_range_and_last_event_id(store: Store) -> None:
     assert [e.id for e in await store.read_range("a.b", 0, 99, 2)] == [1, 2]
     assert await store.last_event_id("a.b") == 5
     assert await store.last_event_id("x.y") == 0
+
+
+async def test_read_range_appends_a_replays_header_pairs_to_each_event(store: Store) -> None:
+    own = b'[["k",{"Text":"v"}]]'
+    await store.append([ev("a.b", 0), msgspec.structs.replace(ev("a.b", 1), headers=own)])
+    pairs = rules.replay_pairs(7, None)
+    plain, mine = await store.read_range("a.b", 0, 99, 10, pairs=pairs)
+    assert plain.headers == rules.append_pairs(b"[]", pairs)
+    assert mine.headers == rules.append_pairs(own, pairs)
+    assert msgspec.json.decode(mine.headers)[0] == ["k", {"Text": "v"}]
+    assert [e.headers for e in await store.read_range("a.b", 0, 99, 10)] == [b"[]", own]  # without: as stored
 
 
 async def test_credit_ledger(store: Store) -> None:

@@ -18,15 +18,17 @@ __all__ = ["InFlight", "ReadAhead", "replayed"]
 class ReadAhead:
     """At most one read of a replay's range ahead of the batch being recorded and pushed."""
 
-    def __init__(self, source: ReplaySource, namespace: str, before_id: int) -> None:
+    def __init__(self, source: ReplaySource, namespace: str, before_id: int, pairs: bytes) -> None:
         self._source = source
         self._ns = namespace
         self._before = before_id
+        self._pairs = pairs
+        """The replay's headers, appended to each event as it is read."""
         self._next: tuple[int, str | None, asyncio.Task[tuple[list[StoredEvent], int]]] | None = None
 
     def start(self, after_id: int, filter_text: str | None) -> None:
         self.cancel()
-        task = asyncio.create_task(self._source.read(self._ns, after_id, self._before, filter_text))
+        task = asyncio.create_task(self._source.read(self._ns, after_id, self._before, filter_text, self._pairs))
         self._next = (after_id, filter_text, task)
 
     async def read(self, after_id: int, filter_text: str | None) -> tuple[list[StoredEvent], int]:
@@ -37,7 +39,7 @@ class ReadAhead:
         if nxt is not None:
             self._next = nxt
             self.cancel()
-        return await self._source.read(self._ns, after_id, self._before, filter_text)
+        return await self._source.read(self._ns, after_id, self._before, filter_text, self._pairs)
 
     def cancel(self) -> None:
         if self._next is not None:

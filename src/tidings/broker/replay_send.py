@@ -33,7 +33,8 @@ class RangeSender:
 
     async def send(self, rec: ReplayRecord, inflight: InFlight) -> str | None:
         """Record and push the rest of the range; why it had to stop, or None."""
-        ahead = ReadAhead(self._source, rec.namespace, rec.to_id)
+        pairs = rules.replay_pairs(rec.id, rec.to_id - 1 if rec.open_end else None)
+        ahead = ReadAhead(self._source, rec.namespace, rec.to_id, pairs)  # events come with the replay's headers
         try:
             return await self._send_reads(rec, inflight, ahead)
         finally:
@@ -41,7 +42,6 @@ class RangeSender:
 
     async def _send_reads(self, rec: ReplayRecord, inflight: InFlight, ahead: ReadAhead) -> str | None:
         rid, ns, size = rec.id, rec.namespace, self._settings.replay_batch_size
-        pairs = rules.replay_pairs(rid, rec.to_id - 1 if rec.open_end else None)
         at = rec.position  # read this far; ``rec.position`` moves as batches are recorded
         while at < rec.to_id - 1 and rid not in self._stop:
             sub = self._orch.subscriptions.get(rec.subscription_id)
@@ -68,10 +68,9 @@ class RangeSender:
             direct = sub.mode == "trusted" and rec.price == 0  # nothing to charge before the push
             for k, batch in enumerate(batches):
                 at = upto if k == len(batches) - 1 else batch[-1].id
-                copies = _with_headers(batch, pairs)
                 now = time.time_ns()
                 # The next batch is read and recorded (or its ids computed) while this one is pushed.
-                sent = await (inflight.send_direct if direct else inflight.send)(sub, copies, at, now)
+                sent = await (inflight.send_direct if direct else inflight.send)(sub, batch, at, now)
                 if sent is None:  # canceled (then nothing changes), or the subscription went
                     return None if rid in self._stop else f"subscription {sub.id} ended"
                 if not sent:
@@ -84,12 +83,3 @@ class RangeSender:
 
 def _data(r: cfg.SubscriptionConfig, e: StoredEvent) -> Any:
     return _decode(e.data) if r.predicate is not None else None
-
-
-def _with_headers(events: list[StoredEvent], pairs: bytes) -> list[StoredEvent]:
-    """Copies of ``events`` with the replay's header ``pairs`` appended."""
-    only = rules.append_pairs(b"[]", pairs)  # most events have no headers of their own
-    replace = msgspec.structs.replace
-    return [
-        replace(e, headers=only if e.headers == b"[]" else rules.append_pairs(e.headers, pairs)) for e in events
-    ]

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from ..core.replay import append_pairs
 from ..settings import Settings
 from ..store import Store, StoredEvent
 
@@ -39,18 +40,18 @@ class ReplaySource:
         return Manifest.load(self.archive_dir).hwm(namespace)
 
     async def read(
-        self, namespace: str, after_id: int, before_id: int, filter_text: str | None
+        self, namespace: str, after_id: int, before_id: int, filter_text: str | None, pairs: bytes | None = None
     ) -> tuple[list[StoredEvent], int]:
         """Events with ``after_id < id < before_id``, in id order, and the id up to which
         the range has been looked at (everything up to it not returned is filtered out
-        by ``filter_text``, or gone)."""
+        by ``filter_text``, or gone); with the header ``pairs`` appended to each, if given."""
         hwm = await asyncio.to_thread(self.hwm, namespace)
         if after_id < hwm:
             hi = min(before_id, hwm + 1, after_id + 1 + 10 * self._settings.replay_read_size)
-            events = await asyncio.to_thread(self._read_archive, namespace, after_id + 1, hi, filter_text)
+            events = await asyncio.to_thread(self._read_archive, namespace, after_id + 1, hi, pairs)
             return events, hi - 1
         limit = self._settings.replay_read_size
-        events = await self._store.read_range(namespace, after_id, before_id, limit)
+        events = await self._store.read_range(namespace, after_id, before_id, limit, pairs=pairs)
         expected = after_id + 1
         for i, e in enumerate(events):
             if e.id != expected:
@@ -61,7 +62,7 @@ class ReplaySource:
         upto = events[-1].id if len(events) == limit else before_id - 1
         return events, upto
 
-    def _read_archive(self, namespace: str, lo: int, hi: int, filter_text: str | None) -> list[StoredEvent]:
+    def _read_archive(self, namespace: str, lo: int, hi: int, pairs: bytes | None) -> list[StoredEvent]:
         """Archived events with ``lo <= id < hi``; the replay applies its filter and skip to them, as to hot ones."""
         import pyarrow as pa
 
@@ -71,6 +72,9 @@ class ReplaySource:
         cols = [t.column(n).to_pylist() for n in ("seq", "id", "prev_id", "timestamp", "source")]
         # The texts as bytes straight from Arrow's buffers (a cast without a copy), not str then encode.
         cols += [t.column(n).cast(pa.binary()).to_pylist() for n in ("headers", "data")]
+        if pairs is not None:
+            only = append_pairs(b"[]", pairs)
+            cols[5] = [only if h == b"[]" else append_pairs(h, pairs) for h in cols[5]]
         return [
             StoredEvent(
                 seq=seq, namespace=namespace, id=i, prev_id=prev, timestamp=ts, source=src, headers=headers, data=data,

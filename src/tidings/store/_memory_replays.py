@@ -9,7 +9,7 @@ import msgspec
 
 from ._memory_state import MemoryState
 from ._records import PendingNotification, Stat, StoredEvent
-from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
+from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore, with_pairs
 
 __all__ = ["MemoryReplayStore"]
 
@@ -170,13 +170,15 @@ class MemoryReplayStore(MemoryState, ReplayStore):
             del notes[i]
         return len(gone)
 
-    async def read_range(self, namespace: str, after_id: int, before_id: int, limit: int) -> list[StoredEvent]:
+    async def read_range(
+        self, namespace: str, after_id: int, before_id: int, limit: int, *, pairs: bytes | None = None
+    ) -> list[StoredEvent]:
         self._check()
         out = [
             e for e in self._events
             if e.namespace == namespace and after_id < e.id < before_id and e.seq not in self._trimmed
         ]
-        return out[: max(limit, 0)]
+        return with_pairs(out[: max(limit, 0)], pairs)
 
     async def last_event_id(self, namespace: str) -> int:
         self._check()

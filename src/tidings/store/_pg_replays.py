@@ -12,7 +12,7 @@ from ._cluster import CHANGE_REGISTRY
 from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
 from ._pg_deliveries import insert_confirmed, insert_notifications, take_ids
 from ._records import Stat, StoredEvent
-from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
+from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore, with_pairs
 
 __all__ = ["PgReplayStore"]
 
@@ -224,12 +224,14 @@ class PgReplayStore(PgAccess, ReplayStore):
 
         return await self._tx(job)
 
-    async def read_range(self, namespace: str, after_id: int, before_id: int, limit: int) -> list[StoredEvent]:
+    async def read_range(
+        self, namespace: str, after_id: int, before_id: int, limit: int, *, pairs: bytes | None = None
+    ) -> list[StoredEvent]:
         rows = await self._fetch(
             f"SELECT {EVENT_COLS} FROM events WHERE namespace = $1 AND id > $2 AND id < $3 ORDER BY id LIMIT $4",
             namespace, after_id, before_id, 2**62 if limit < 0 else limit,
         )
-        return [event_row(r) for r in rows]
+        return with_pairs([event_row(r) for r in rows], pairs)
 
     async def last_event_id(self, namespace: str) -> int:
         found = await self._fetchval("SELECT last_id FROM namespace_heads WHERE namespace = $1", namespace)

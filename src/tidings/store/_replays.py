@@ -14,10 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from ..core.replay import append_pairs
+
 if TYPE_CHECKING:
     from ._records import Stat, StoredEvent
 
-__all__ = ["InsufficientCredit", "ReplayCounts", "ReplayRecord", "ReplayStore"]
+__all__ = ["InsufficientCredit", "ReplayCounts", "ReplayRecord", "ReplayStore", "with_pairs"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -155,8 +159,12 @@ class ReplayStore(ABC):
         call never holds the writer long); return how many."""
 
     @abstractmethod
-    async def read_range(self, namespace: str, after_id: int, before_id: int, limit: int) -> list[StoredEvent]:
-        """Events of ``namespace`` in the hot log with ``after_id < id < before_id``, by id."""
+    async def read_range(
+        self, namespace: str, after_id: int, before_id: int, limit: int, *, pairs: bytes | None = None
+    ) -> list[StoredEvent]:
+        """Events of ``namespace`` in the hot log with ``after_id < id < before_id``, by id;
+        with the header ``pairs`` appended to each, if given (what a replay adds:
+        ``tidings.core.replay.append_pairs``), so a replay makes no copy of its own."""
 
     @abstractmethod
     async def last_event_id(self, namespace: str) -> int:
@@ -172,3 +180,12 @@ class ReplayStore(ABC):
     @abstractmethod
     async def credit_balance(self, principal: str) -> int:
         """A principal's credit (0 if never funded)."""
+
+
+def with_pairs(events: list[StoredEvent], pairs: bytes | None) -> list[StoredEvent]:
+    """``events`` with the header ``pairs`` appended to each (``read_range``)."""
+    if pairs is None:
+        return events
+    only = append_pairs(b"[]", pairs)  # most events have no headers of their own
+    replace = msgspec.structs.replace
+    return [replace(e, headers=only if e.headers == b"[]" else append_pairs(e.headers, pairs)) for e in events]

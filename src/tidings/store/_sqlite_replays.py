@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from ..core.replay import append_pairs
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
 from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows, take_ids
@@ -316,16 +317,26 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
         fut: asyncio.Future[int] = self._write(job)
         return await fut
 
-    async def read_range(self, namespace: str, after_id: int, before_id: int, limit: int) -> list[StoredEvent]:
+    async def read_range(
+        self, namespace: str, after_id: int, before_id: int, limit: int, *, pairs: bytes | None = None
+    ) -> list[StoredEvent]:
         def q(c: sqlite3.Connection) -> list[StoredEvent]:
+            rows = c.execute(
+                f"SELECT {_EVENT_COLS} FROM events WHERE namespace = ? AND id > ? AND id < ? ORDER BY id LIMIT ?",
+                (namespace, after_id, before_id, limit),
+            )
+            if pairs is None:
+                return [
+                    StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5],
+                                data=r[6], headers=r[7])
+                    for r in rows
+                ]
+            # The pairs go in as each event is built: a replay's copy would build it twice.
+            only = append_pairs(b"[]", pairs)
             return [
-                StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5],
-                            data=r[6], headers=r[7])
-                for r in c.execute(
-                    f"SELECT {_EVENT_COLS} FROM events WHERE namespace = ? AND id > ? AND id < ? "
-                    "ORDER BY id LIMIT ?",
-                    (namespace, after_id, before_id, limit),
-                )
+                StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5], data=r[6],
+                            headers=only if r[7] == b"[]" else append_pairs(r[7], pairs))
+                for r in rows
             ]
 
         result: list[StoredEvent] = await self._read(q)
