@@ -255,6 +255,8 @@ def test_both_hot_log_backends_agree(pg_database: str, tmp_path: Path) -> None:
                 "archivable": [s.archivable_upto("shop.orders", after, t0 + 30 * HOUR_NS) for after in (0, 25)],
                 "retention": s.retention_of("shop.orders"),
                 "tables": (s.has_tables(["events", "deliveries"]), s.has_tables(["events", "no_such"])),
+                "columns": (s.has_columns("deliveries", ["serial", "settled_at"]),
+                            s.has_columns("deliveries", ["serial", "no_such"])),
             }
         with log.connect(write=True) as s:
             out["trimmed"] = s.trim_archived("shop.orders", 10)  # id 4 is still owed: 9 go
@@ -272,6 +274,7 @@ def test_both_hot_log_backends_agree(pg_database: str, tmp_path: Path) -> None:
                                                and 5 <= e.id <= 33 and e.timestamp >= t0 + 20 * HOUR_NS and e.seq <= 60]
     assert [r["id"] for r in sqlite["arrow"]] == list(range(2, 12)) and sqlite["arrow"][0]["prev_id"] == 1
     assert (sqlite["count"], sqlite["tables"], sqlite["retention"]) == (10, (True, False), None)
+    assert sqlite["columns"] == (True, False)
     assert (sqlite["trimmed"], sqlite["after_trim"], sqlite["deliveries_trimmed"]) == (9, (4, 40), 3)
 
 
