@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from msgspec import UNSET
@@ -124,73 +124,6 @@ class Orchestrator(RegistryQueries):
         through another broadcaster)."""
         self._owned = Counter(pub.owner for pub in self.registry.publications.values())
         self._subscribed = Counter(sub.subscriber for sub in self.registry.subscriptions.values())
-
-    # -- the registry, read through the orchestrator ----------------------------------
-
-    @property
-    def publications(self) -> dict[str, PublicationRecord]:
-        return self.registry.publications
-
-    @property
-    def pub_configs(self) -> dict[str, cfg.PublicationConfig]:
-        return self.registry.pub_configs
-
-    @property
-    def publishers(self) -> dict[str, set[str]]:
-        return self.registry.publishers
-
-    @property
-    def subscriptions(self) -> dict[int, SubscriptionRecord]:
-        return self.registry.subscriptions
-
-    @property
-    def sub_configs(self) -> dict[int, cfg.SubscriptionConfig]:
-        return self.registry.sub_configs
-
-    def require_namespaces(self, namespaces: Iterable[str]) -> None:
-        self.registry.require_namespaces(namespaces)
-
-    async def known(self, namespaces: Iterable[str]) -> None:
-        """``require_namespaces``, after asking the store for those not known here."""
-        missing = [ns for ns in namespaces if ns not in self.registry.publications]
-        if missing and self._look_up is not None:
-            await self._look_up(missing, None)
-        self.registry.require_namespaces(missing)
-
-    def may_publish(self, principal: str, namespace: str) -> bool:
-        return self.registry.may_publish(principal, namespace)
-
-    def publish_refusal(self, principal: str, namespace: str) -> str | None:
-        return self.registry.publish_refusal(principal, namespace)
-
-    async def publish_refusals(self, principal: str, namespaces: Iterable[str]) -> dict[str, str | None]:
-        """``publish_refusal`` per namespace; with several broadcasters, a refusal is
-        checked against the store first (the principal may have just been made a publisher
-        through another broadcaster, its signal still on its way)."""
-        out = {ns: self.registry.publish_refusal(principal, ns) for ns in namespaces}
-        refused = [ns for ns, why in out.items() if why is not None]
-        if refused and self._look_up is not None:
-            await self._look_up(refused, principal)
-            out.update((ns, self.registry.publish_refusal(principal, ns)) for ns in refused)
-        return out
-
-    def subscriber_allowed(self, namespace: str, principal: str, seq: int | None = None) -> bool:
-        return self.registry.subscriber_allowed(namespace, principal, seq)
-
-    def subscriber_refusal(self, namespace: str, principal: str) -> str | None:
-        return self.registry.subscriber_refusal(namespace, principal)
-
-    def namespaces_for(self, sub: SubscriptionRecord) -> list[str]:
-        return self.registry.namespaces_for(sub)
-
-    def matcher(self, pattern: str) -> Callable[[str], bool]:
-        return self.registry.matcher(pattern)
-
-    def controls_publication(self, caller: PrincipalRecord, pub: PublicationRecord) -> bool:
-        return self.registry.controls_publication(caller, pub)
-
-    def controls_subscription(self, caller: PrincipalRecord, sub: SubscriptionRecord) -> bool:
-        return self.registry.controls_subscription(caller, sub)
 
     # -- publications -----------------------------------------------------------------
 

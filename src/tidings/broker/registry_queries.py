@@ -1,5 +1,6 @@
-"""The ICRC-72 queries of the registry (``icrc72_get_*``): publications, publishers,
-subscribers, subscriptions and broadcasters with their statistics, paged.
+"""The registry, read: what the publish and delivery paths ask (who may publish, who
+may receive, the configs), and the ICRC-72 queries (``icrc72_get_*``): publications,
+publishers, subscribers, subscriptions and broadcasters with their statistics, paged.
 
 A base of :class:`~tidings.broker.orchestrator.Orchestrator`, which holds the registry
 these read; kept apart so that the orchestrator's module holds the rules that change it.
@@ -8,7 +9,7 @@ these read; kept apart so that the orchestrator's module holds the rules that ch
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from ..core import config as cfg
@@ -21,7 +22,7 @@ from ..core.wire import (
     SubscriptionInfo,
     SubscriptionQuery,
 )
-from ..store import PrincipalRecord, Store
+from ..store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
 from .registry import Registry
 
 __all__ = ["RegistryQueries", "stats_map", "take_of"]
@@ -46,9 +47,79 @@ def stats_map(stats: dict[str, Any], wanted: list[str] | None) -> list[tuple[str
 class RegistryQueries:
     # Held by the Orchestrator; declared here for the queries that read them.
     _store: Store
+    _look_up: Callable[[Sequence[str], str | None], Awaitable[None]] | None
     listener: Any
     registry: Registry
     schema_problem: Callable[[int | str], str | None] | None
+
+    # -- the registry, read: what the publish and delivery paths and the faces ask ------
+
+    @property
+    def publications(self) -> dict[str, PublicationRecord]:
+        return self.registry.publications
+
+    @property
+    def pub_configs(self) -> dict[str, cfg.PublicationConfig]:
+        return self.registry.pub_configs
+
+    @property
+    def publishers(self) -> dict[str, set[str]]:
+        return self.registry.publishers
+
+    @property
+    def subscriptions(self) -> dict[int, SubscriptionRecord]:
+        return self.registry.subscriptions
+
+    @property
+    def sub_configs(self) -> dict[int, cfg.SubscriptionConfig]:
+        return self.registry.sub_configs
+
+    def require_namespaces(self, namespaces: Iterable[str]) -> None:
+        self.registry.require_namespaces(namespaces)
+
+    async def known(self, namespaces: Iterable[str]) -> None:
+        """``require_namespaces``, after asking the store for those not known here."""
+        missing = [ns for ns in namespaces if ns not in self.registry.publications]
+        if missing and self._look_up is not None:
+            await self._look_up(missing, None)
+        self.registry.require_namespaces(missing)
+
+    def may_publish(self, principal: str, namespace: str) -> bool:
+        return self.registry.may_publish(principal, namespace)
+
+    def publish_refusal(self, principal: str, namespace: str) -> str | None:
+        return self.registry.publish_refusal(principal, namespace)
+
+    async def publish_refusals(self, principal: str, namespaces: Iterable[str]) -> dict[str, str | None]:
+        """``publish_refusal`` per namespace; with several broadcasters, a refusal is
+        checked against the store first (the principal may have just been made a publisher
+        through another broadcaster, its signal still on its way)."""
+        out = {ns: self.registry.publish_refusal(principal, ns) for ns in namespaces}
+        refused = [ns for ns, why in out.items() if why is not None]
+        if refused and self._look_up is not None:
+            await self._look_up(refused, principal)
+            out.update((ns, self.registry.publish_refusal(principal, ns)) for ns in refused)
+        return out
+
+    def subscriber_allowed(self, namespace: str, principal: str, seq: int | None = None) -> bool:
+        return self.registry.subscriber_allowed(namespace, principal, seq)
+
+    def subscriber_refusal(self, namespace: str, principal: str) -> str | None:
+        return self.registry.subscriber_refusal(namespace, principal)
+
+    def namespaces_for(self, sub: SubscriptionRecord) -> list[str]:
+        return self.registry.namespaces_for(sub)
+
+    def matcher(self, pattern: str) -> Callable[[str], bool]:
+        return self.registry.matcher(pattern)
+
+    def controls_publication(self, caller: PrincipalRecord, pub: PublicationRecord) -> bool:
+        return self.registry.controls_publication(caller, pub)
+
+    def controls_subscription(self, caller: PrincipalRecord, sub: SubscriptionRecord) -> bool:
+        return self.registry.controls_subscription(caller, sub)
+
+    # -- the ICRC-72 queries ----------------------------------------------------------
 
     async def get_publications(self, q: InfoQuery) -> list[PublicationInfo]:
         # The control plane's publications are the service's own: an operator reads them
