@@ -198,6 +198,20 @@ def test_one_archive_job_at_a_time(tmp_path: Path) -> None:
     assert e.value.code == "archive_busy"
 
 
+@pytest.mark.parametrize("name", ["we#ird", "a?b=c", "100%25 sure", "sp ace"])
+def test_a_data_dir_named_with_uri_syntax_is_archived_through_the_arrow_driver(tmp_path: Path, name: str) -> None:
+    """The staging read opens the store as a SQLite URI: the dir's own ``#``, ``?`` and
+    ``%`` are escaped, so the fast driver reads the right file (it read none before)."""
+    data = tmp_path / name / "var"
+    stored = make_store(data, {"a.b": 30})
+    with hot_log(data).connect() as c:
+        got = c._read_adbc("a.b", 1, 30)  # type: ignore[attr-defined]
+        assert got is not None and got.column("id").to_pylist() == list(range(1, 31))
+        assert c.read_arrow("a.b", 5, 9).column("id").to_pylist() == [5, 6, 7, 8, 9]
+    run = archive(data_dir=data, archive_dir=tmp_path / name / "archive", older_than_s=0)
+    assert run.events == len(stored)
+
+
 def test_missing_java_is_named(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = str(tmp_path)

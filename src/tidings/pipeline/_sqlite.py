@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
 from ._hotlog import TRIM_BATCH, Binds, HotLog, Session, Sizes, arrow_read_schema
 from .errors import PipelineError
@@ -93,34 +94,47 @@ class SQLiteSession(Session):
         import pyarrow.compute as pc
 
         schema = arrow_read_schema()
-        adbc: Any
+        table = self._read_adbc(namespace, lo, hi)
+        if table is None:
+            rows = self.conn.execute(_ARROW_SELECT, (namespace, lo, hi)).fetchall()
+            cols = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+            table = pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, schema, strict=True)],
+                                         schema=schema)
+        elif table.num_rows == 0:
+            return schema.empty_table()
+        else:
+            table = table.cast(schema)
+        prev = table.column("prev_id")
+        return table.set_column(2, "prev_id", pc.if_else(pc.equal(prev, -1), None, prev))
+
+    def _read_adbc(self, namespace: str, lo: int, hi: int) -> Any:
+        """The rows as Arrow through the ADBC driver; None when it is not installed, or
+        when it failed: it has no busy timeout, so a file busy for a moment (a writer's
+        checkpoint) is read the ``sqlite3`` way, which waits, or fails with an error that
+        says why (the driver's own errors do not cross back from an archive worker process)."""
+        import pyarrow as pa
+
         try:
             import adbc_driver_manager
             import adbc_driver_sqlite as adbc
         except ImportError:
-            adbc = None
-        if adbc is not None:
-            # The driver's own API rather than its DB-API module, which imports pandas: half a
-            # second in each archive worker process, a sixth of a million events' staging.
-            params = pa.record_batch([pa.array([namespace]), pa.array([lo], pa.int64()), pa.array([hi], pa.int64())],
-                                     names=["namespace", "lo", "hi"])
-            with adbc.connect(f"file:{self.path}?mode=ro") as db, adbc_driver_manager.AdbcConnection(db) as conn, \
+            return None
+        # The driver's own API rather than its DB-API module, which imports pandas: half a
+        # second in each archive worker process, a sixth of a million events' staging.
+        params = pa.record_batch([pa.array([namespace]), pa.array([lo], pa.int64()), pa.array([hi], pa.int64())],
+                                 names=["namespace", "lo", "hi"])
+        # A URI: the path's own ``?``, ``#`` and ``%`` would otherwise be read as its syntax.
+        uri = f"file:{quote(str(self.path))}?mode=ro"
+        try:
+            with adbc.connect(uri) as db, adbc_driver_manager.AdbcConnection(db) as conn, \
                     adbc_driver_manager.AdbcStatement(conn) as stmt:
                 stmt.set_sql_query(_ARROW_SELECT)
                 schema_capsule, array_capsule = params.__arrow_c_array__()
                 stmt.bind(array_capsule, schema_capsule)
                 stream, _ = stmt.execute_query()
-                table = pa.RecordBatchReader._import_from_c(stream.address).read_all()
-            if table.num_rows == 0:
-                return schema.empty_table()
-            table = table.cast(schema)
-        else:
-            rows = self.conn.execute(_ARROW_SELECT, (namespace, lo, hi)).fetchall()
-            cols = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-            table = pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, schema, strict=True)],
-                                         schema=schema)
-        prev = table.column("prev_id")
-        return table.set_column(2, "prev_id", pc.if_else(pc.equal(prev, -1), None, prev))
+                return pa.RecordBatchReader._import_from_c(stream.address).read_all()
+        except adbc_driver_manager.Error:
+            return None
 
     def has_tables(self, names: Sequence[str]) -> bool:
         found = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
