@@ -27,7 +27,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..store import Store, StoredEvent, SubscriptionRecord
-from .accounting import counted
+from .accounting import counted, event_stats
 from .redelivery import Note, Pushed, taken_whole
 
 if TYPE_CHECKING:
@@ -102,9 +102,9 @@ class DirectPush:
             self.recording += 1
             self._background(self._record_confirmed(batch, cursor))
             return True
-        per_ns = Counter(e.namespace for e in events)
         ids = await d.store.open_notifications(
-            self.sub.id, events, cursor, counted(self.sub, per_ns, "recorded", "tidings"), ids=[n.id for n in batch]
+            self.sub.id, events, cursor, event_stats(self.sub, events, "recorded", prefix="tidings"),
+            ids=[n.id for n in batch],
         )
         if not ids:
             return False

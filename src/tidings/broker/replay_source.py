@@ -73,8 +73,7 @@ class ReplaySource:
         # The texts as bytes straight from Arrow's buffers (a cast without a copy), not str then encode.
         cols += [t.column(n).cast(pa.binary()).to_pylist() for n in ("headers", "data")]
         if pairs is not None:
-            only = append_pairs(b"[]", pairs)
-            cols[5] = [only if h == b"[]" else append_pairs(h, pairs) for h in cols[5]]
+            cols[5] = [append_pairs(h, pairs) for h in cols[5]]
         return [
             StoredEvent(
                 seq=seq, namespace=namespace, id=i, prev_id=prev, timestamp=ts, source=src, headers=headers, data=data,

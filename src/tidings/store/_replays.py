@@ -186,6 +186,4 @@ def with_pairs(events: list[StoredEvent], pairs: bytes | None) -> list[StoredEve
     """``events`` with the header ``pairs`` appended to each (``read_range``)."""
     if pairs is None:
         return events
-    only = append_pairs(b"[]", pairs)  # most events have no headers of their own
-    replace = msgspec.structs.replace
-    return [replace(e, headers=only if e.headers == b"[]" else append_pairs(e.headers, pairs)) for e in events]
+    return [msgspec.structs.replace(e, headers=append_pairs(e.headers, pairs)) for e in events]

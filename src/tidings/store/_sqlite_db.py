@@ -219,19 +219,20 @@ def insert_notifications(
 
 
 
-def take_ids(c: sqlite3.Connection, n: int) -> int:
-    """Set aside ``n`` notification ids for rows written later, or never; the first.
+def take_ids(c: sqlite3.Connection, n: int, table: str = "notifications", key: str = "id") -> int:
+    """Set aside ``n`` consecutive numbers of ``table``'s AUTOINCREMENT ``key`` (notification
+    ids by default) for rows written later, or never; the first.
 
-    AUTOINCREMENT numbers after the larger of its counter and the highest id, so the
-    ids taken here are never given to a row; the durable commit keeps it so."""
-    last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'notifications'").fetchone()
+    AUTOINCREMENT numbers after the larger of its counter and the highest key, so the
+    numbers taken here are never given to another row; the durable commit keeps it so."""
+    last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).fetchone()
     if last is None:
-        c.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('notifications', 0)")
+        c.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, 0)", (table,))
     top = max(
         int(last[0]) if last is not None else 0,
-        int(c.execute("SELECT COALESCE(MAX(id), 0) FROM notifications").fetchone()[0]),
+        int(c.execute(f"SELECT COALESCE(MAX({key}), 0) FROM {table}").fetchone()[0]),
     )
-    c.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'notifications'", (top + n,))
+    c.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (top + n, table))
     return top + 1
 
 

@@ -111,9 +111,8 @@ def insert_confirmed(
     is given here.
 
     Written as one row per run of up to ``MAX_ITEMS`` records of one namespace, which
-    takes as many consecutive serials (``tidings.core.record_batch``); a run of one is a
-    plain row. The writer is the only one to insert, so reading and moving the table's
-    AUTOINCREMENT counter within its transaction cannot race."""
+    takes as many consecutive serials, set aside as notification ids are (``take_ids``;
+    ``tidings.core.record_batch``); a run of one is a plain row."""
     pairs, runs = list(confirmed), []
     ns = pairs[0][1].namespace if pairs else ""
     if all(e.namespace == ns for _, e in pairs):  # a replay's batch, a subscription's
@@ -132,14 +131,12 @@ def insert_confirmed(
                       (i0, subscription_id, subscriber, e0.namespace, e0.seq, e0.id, e0.source, e0.timestamp,
                        created_at, now, int(replay)))
             continue
-        row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'deliveries'").fetchone()
-        first = (int(row[0]) if row else 0) + 1
+        first = take_ids(c, len(run), "deliveries", "serial")
         evs = [e for _, e in run]
         items = pack([i for i, _ in run], [e.seq for e in evs], [e.id for e in evs], [e.source for e in evs],
                      [e.timestamp for e in evs])
         c.execute(_INSERT_PACKED, (first, i0, subscription_id, subscriber, e0.namespace, e0.seq, e0.id, e0.source,
                                    e0.timestamp, created_at, now, int(replay), len(run), items))
-        c.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'deliveries'", (first + len(run) - 1,))
 
 
 def record_dead(conn: sqlite3.Connection, letters: Sequence[Any]) -> None:

@@ -325,17 +325,9 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
                 f"SELECT {_EVENT_COLS} FROM events WHERE namespace = ? AND id > ? AND id < ? ORDER BY id LIMIT ?",
                 (namespace, after_id, before_id, limit),
             )
-            if pairs is None:
-                return [
-                    StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5],
-                                data=r[6], headers=r[7])
-                    for r in rows
-                ]
-            # The pairs go in as each event is built: a replay's copy would build it twice.
-            only = append_pairs(b"[]", pairs)
             return [
                 StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5], data=r[6],
-                            headers=only if r[7] == b"[]" else append_pairs(r[7], pairs))
+                            headers=r[7] if pairs is None else append_pairs(r[7], pairs))
                 for r in rows
             ]
 
