@@ -173,3 +173,30 @@ async def test_a_store_from_before_packed_rows_is_brought_up_to_date(tmp_path: P
         assert await again.former_subscribers([base + 1]) == {base + 1: "alice"}
     finally:
         await again.close()
+
+
+async def test_the_records_source_takes_bounds_at_the_ends_of_int64(tmp_path: Path) -> None:
+    """Pushed-down bounds at ±2^63 (Spark's long range): no value past int64 reaches SQLite,
+    and what they select is exact (a bound no value can meet selects nothing)."""
+    from pyspark.sql.datasource import GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual
+
+    from tidings.pipeline.deliveries import DELIVERY_SCHEMA, DeliveriesReader
+
+    store = SQLiteStore(tmp_path / "tidings.db")
+    await store.open()
+    try:
+        await _mixed_records(store)
+        full = await store.deliveries()
+    finally:
+        await store.close()
+    top, bottom = 2**63 - 1, -(2**63)
+    cases = [
+        ([GreaterThanOrEqual(("serial",), bottom)], len(full)),
+        ([GreaterThan(("serial",), top)], 0),
+        ([LessThan(("created_at",), bottom)], 0),
+        ([LessThanOrEqual(("settled_at",), top), GreaterThan(("created_at",), bottom)], len(full)),
+    ]
+    for filters, want in cases:
+        reader = DeliveriesReader.from_options({"path": str(tmp_path), "table": "deliveries"}, DELIVERY_SCHEMA)
+        assert list(reader.pushFilters(filters)) == []
+        assert sum(b.num_rows for p in reader.partitions() for b in reader.read(p)) == want, filters

@@ -68,6 +68,7 @@ DELIVERY_SCHEMA: Final = StructType(
 DEFAULT_PARTITION_SIZE: Final = 100_000
 _BATCH: Final = 10_000
 _INT_COLUMNS: Final = ("serial", "settled_at", "created_at")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # Per table: the key the partitions split, and the SELECT of the schema's columns. SQL
 # that SQLite and PostgreSQL both take: ``replay`` is 0/1 in one and a boolean in the
@@ -104,6 +105,8 @@ TABLES: Final = tuple(_QUERIES)
 class _Bounds:
     lo: dict[str, int] = field(default_factory=dict)
     hi: dict[str, int] = field(default_factory=dict)
+    never: bool = False
+    """A bound no stored integer meets (``> 2^63 - 1``, ``< -2^63``): nothing is read."""
 
 
 class DeliveriesReader(DataSourceReader):
@@ -158,6 +161,8 @@ class DeliveriesReader(DataSourceReader):
         if isinstance(f, EqualTo | LessThan | LessThanOrEqual):
             v1 = v - 1 if isinstance(f, LessThan) else v
             hi[col] = min(hi.get(col, v1), v1)
+        if lo.get(col, _INT64_MIN) > _INT64_MAX or hi.get(col, _INT64_MAX) < _INT64_MIN:
+            self.bounds.never = True  # and no integer past int64 is ever bound
         return isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual)
 
     def _where(self, b: Binds, packed: bool = False) -> str:
@@ -167,7 +172,7 @@ class DeliveriesReader(DataSourceReader):
         sql = []
         for col in _INT_COLUMNS:
             if col in self.bounds.lo:
-                lo = self.bounds.lo[col] - (MAX_ITEMS - 1 if packed and col == "serial" else 0)
+                lo = max(self.bounds.lo[col] - (MAX_ITEMS - 1 if packed and col == "serial" else 0), _INT64_MIN)
                 sql.append(f" AND {cols[col]} >= {b(lo)}")
             if col in self.bounds.hi:
                 sql.append(f" AND {cols[col]} <= {b(self.bounds.hi[col])}")
@@ -175,6 +180,8 @@ class DeliveriesReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         key = _QUERIES[self.table][0]
+        if self.bounds.never:
+            return []
         with hot_log(self.path).connect() as conn:
             if not conn.has_tables(["deliveries", "replay_notes"]):
                 return []  # a store last opened by an older tidings: no records yet
