@@ -39,19 +39,35 @@ from bench.subscriptions import fanout
 from tidings.client import EventNotification
 
 
-def _cpu(pid: int) -> float:
-    """CPU seconds of the server and its front processes (docs/scaling.md)."""
+def _cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of the broker, of its front processes together (docs/scaling.md), and
+    of this process (the scenario's clients and endpoints)."""
     import psutil
 
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
+    def used(p: psutil.Process) -> float:
         try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system
-    return total
+            t = p.cpu_times()
+        except psutil.Error:  # a front that has exited counts for nothing
+            return 0.0
+        return float(t.user + t.system)
+
+    root = psutil.Process(pid)
+    return {
+        "broker": used(root),
+        "fronts": sum(used(p) for p in root.children(recursive=True)),
+        "clients": used(psutil.Process()),
+    }
+
+
+def _split_line(cpu: dict[str, float], count: int, unit: str) -> str:
+    """Each process's CPU per ``unit``, and the rate that each alone would allow on a core
+    of its own: the broker is one process, the fronts as many as there are cores."""
+    parts = []
+    for role in ("broker", "fronts", "clients"):
+        us = 1e6 * cpu[role] / count
+        ceiling = f", {1e6 / us:,.0f}/s per core" if us >= 0.5 else ""  # not for a process that barely took part
+        parts.append(f"{role} {us:.1f} µs{ceiling}")
+    return f"CPU per {unit}: " + "; ".join(parts)
 
 
 def _report(raw: Path, top: int) -> None:
@@ -131,9 +147,9 @@ async def _replay(srv: Server, events: int) -> tuple[int, str, float]:
 REPLAY_EVENTS = 200_000
 
 
-def profile(what: str, seconds: float, gil: bool, top: int, workers: int) -> None:
+def profile(what: str, seconds: float, gil: bool, top: int, workers: int, sample: bool = True) -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
+    if sample and not Path(spy).exists():
         raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
     env = {"TIDINGS_WORKERS": str(workers)}
     if what == "replay":
@@ -146,20 +162,24 @@ def profile(what: str, seconds: float, gil: bool, top: int, workers: int) -> Non
         # With fronts, samples are per process first ("process N"), then per thread.
         cmd = [spy, "record", "-p", str(srv.proc.pid), "-f", "raw", "-o", str(raw), "--threads", "-r", "200",
                "--subprocesses", "-d", str(int(seconds) + 1)] + (["--gil"] if gil else [])
-        rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Without sampling, py-spy takes no share of the two cores from the processes measured.
+        rec = subprocess.Popen(cmd if sample else ["sleep", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # attached before the load starts
         cpu0, t0 = _cpu(srv.proc.pid), time.monotonic()
         if what == "replay":
             count, unit, rate = asyncio.run(_replay(srv, REPLAY_EVENTS))
         else:
             count, unit, rate = asyncio.run(_run(what, srv, seconds))
-        cpu, elapsed = _cpu(srv.proc.pid) - cpu0, time.monotonic() - t0
-        if what == "replay":
+        cpu1, elapsed = _cpu(srv.proc.pid), time.monotonic() - t0
+        if what == "replay" and sample:
             rec.send_signal(signal.SIGINT)  # py-spy writes what it has
         rec.wait(timeout=seconds + 30)
-        print(f"{what}: {count:,} {unit}s, {rate:,.0f}/s; server CPU {100 * cpu / elapsed:.0f} % "
-              f"over the {elapsed:.1f} s (setup included), {1e6 * cpu / count:.1f} µs per {unit}")
-        if raw.exists():
+        used = {k: cpu1[k] - cpu0[k] for k in cpu1}
+        server = used["broker"] + used["fronts"]
+        print(f"{what}: {count:,} {unit}s, {rate:,.0f}/s; server CPU {100 * server / elapsed:.0f} % "
+              f"over the {elapsed:.1f} s (setup included), {1e6 * server / count:.1f} µs per {unit}")
+        print(_split_line(used, count, unit))
+        if sample and raw.exists():
             _report(raw, top)
 
 
@@ -211,12 +231,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000.0, help="split: events per second")
     ap.add_argument("--stream", action="store_true", help="split: publish and receive over /v1/stream")
     ap.add_argument("--workers", type=int, default=0, help="TIDINGS_WORKERS of the server (0: one per core)")
+    ap.add_argument("--cpu-only", action="store_true", help="no py-spy: only each process's CPU per event")
     a = ap.parse_args()
     if a.what == "split":
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
             asyncio.run(split(srv, a.rate, a.seconds, a.stream))
     else:
-        profile(a.what, a.seconds, a.gil, a.top, a.workers)
+        profile(a.what, a.seconds, a.gil, a.top, a.workers, sample=not a.cpu_only)
 
 
 if __name__ == "__main__":
