@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..core.int64 import out_of_range, range_message
 from ..errors import BadRequest
 from ..store import PrincipalRecord
 
@@ -46,38 +47,8 @@ class Method:
         if self.bounded_ints:
             where = out_of_range(arg)
             if where is not None:
-                raise BadRequest(
-                    f"{self.name}: the integer at {where} is out of range: ids, counts, times and amounts "
-                    f"are at most {INT64_MAX} (and at least {-INT64_MAX - 1})",
-                    code="out_of_range",
-                )
+                raise BadRequest(f"{self.name}: {range_message(where)}", code="out_of_range")
         return arg
-
-
-INT64_MAX = 2**63 - 1
-
-
-def out_of_range(value: Any, path: str = "$") -> str | None:
-    """The path of the first integer outside int64 in a decoded argument, or None.
-
-    Dicts are not entered: on the wire they are ICRC-16 values, whose Nat and Int are
-    unbounded by the standard and stored as JSON text, never as SQL integers."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return path if not -INT64_MAX - 1 <= value <= INT64_MAX else None
-    if isinstance(value, msgspec.Struct):
-        for name in value.__struct_fields__:
-            found = out_of_range(getattr(value, name), f"{path}.{name}")
-            if found is not None:
-                return found
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            found = out_of_range(item, f"{path}[{i}]")
-            if found is not None:
-                return found
-    return None
-
 
 
 @dataclass(frozen=True, slots=True)

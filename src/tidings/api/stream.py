@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ..broker import Broker
 from ..broker.broadcaster import check_event
 from ..core.config import SubscriptionConfig
+from ..core.int64 import out_of_range, range_message
 from ..core.retry import Outcome, classify
 from ..core.wire import ConfirmResult, ItemResult, err, ok
 from ..core.wire_stream import (
@@ -196,6 +197,12 @@ class _Connection:
             except msgspec.DecodeError as e:
                 await self._close(CLOSE_MALFORMED, f"not a JSON message: {e}"[:120])
                 return
+            if not isinstance(m, Ack | Nack):  # a push id past int64 is simply no push of this connection
+                # As over HTTP; a publish's event is exempt as there (its integers are never stored as such).
+                where = out_of_range(m.ref, "$.ref") if isinstance(m, Publish) else out_of_range(m)
+                if where is not None:
+                    await self._send(StreamError(ref=m.ref, code="out_of_range", message=range_message(where)))
+                    continue
             if isinstance(m, Publish):
                 problem = self._problem(m)
                 if problem is not None:

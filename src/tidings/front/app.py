@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from ..core.wire import Event
 from ..errors import PayloadTooLarge
 
 __all__ = ["FrontConfig", "front_app"]
+
+log = logging.getLogger("tidings.front")
 
 _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -218,9 +221,9 @@ async def _pump(ws: WebSocket, up: ClientConnection) -> None:
                     await ws.send_text(msg)
                 else:
                     await ws.send_bytes(msg)
-        except ConnectionClosed:
-            pass
-        with contextlib.suppress(RuntimeError):
+        except (ConnectionClosed, WebSocketDisconnect):
+            pass  # the broker's side closed, or the client left while a message was on its way to it
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # the client may be gone already
             await ws.close(code=up.close_code or 1000, reason=up.close_reason or "")
 
     async def upward() -> None:
@@ -241,5 +244,7 @@ async def _pump(ws: WebSocket, up: ClientConnection) -> None:
     _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for t in pending:
         t.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):  # retrieved, and said once, not as an unretrieved task's
+            log.warning("a stream connection through the front ended with %r", outcome)
     await up.close()

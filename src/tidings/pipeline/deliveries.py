@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
+from ..core.int64 import INT64_MAX, INT64_MIN
 from ..core.record_batch import MAX_ITEMS, expand
 from ._backend import hot_log
 from ._hotlog import Binds
@@ -68,7 +69,6 @@ DELIVERY_SCHEMA: Final = StructType(
 DEFAULT_PARTITION_SIZE: Final = 100_000
 _BATCH: Final = 10_000
 _INT_COLUMNS: Final = ("serial", "settled_at", "created_at")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # Per table: the key the partitions split, and the SELECT of the schema's columns. SQL
 # that SQLite and PostgreSQL both take: ``replay`` is 0/1 in one and a boolean in the
@@ -161,7 +161,7 @@ class DeliveriesReader(DataSourceReader):
         if isinstance(f, EqualTo | LessThan | LessThanOrEqual):
             v1 = v - 1 if isinstance(f, LessThan) else v
             hi[col] = min(hi.get(col, v1), v1)
-        if lo.get(col, _INT64_MIN) > _INT64_MAX or hi.get(col, _INT64_MAX) < _INT64_MIN:
+        if lo.get(col, INT64_MIN) > INT64_MAX or hi.get(col, INT64_MAX) < INT64_MIN:
             self.bounds.never = True  # and no integer past int64 is ever bound
         return isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual)
 
@@ -172,7 +172,7 @@ class DeliveriesReader(DataSourceReader):
         sql = []
         for col in _INT_COLUMNS:
             if col in self.bounds.lo:
-                lo = max(self.bounds.lo[col] - (MAX_ITEMS - 1 if packed and col == "serial" else 0), _INT64_MIN)
+                lo = max(self.bounds.lo[col] - (MAX_ITEMS - 1 if packed and col == "serial" else 0), INT64_MIN)
                 sql.append(f" AND {cols[col]} >= {b(lo)}")
             if col in self.bounds.hi:
                 sql.append(f" AND {cols[col]} <= {b(self.bounds.hi[col])}")

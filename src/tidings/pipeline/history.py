@@ -31,6 +31,7 @@ import msgspec
 import pyarrow as pa
 
 from ..core.filters import Filter
+from ..core.int64 import INT64_MAX
 from ..core.jsonview import json_view_bytes
 from . import layout
 from ._arrow import SPARK_SCHEMA
@@ -44,7 +45,6 @@ HISTORY_COLUMNS: Final = (
     "seq", "namespace", "id", "prev_id", "timestamp", "time", "source", "headers", "data", "data_view",
 )
 Origin = Literal["both", "archive", "hot"]
-_INT64_MAX: Final = 2**63 - 1
 
 
 def events(
@@ -74,7 +74,7 @@ def events(
             parts.append(part)
     if origin in ("both", "hot") and data_dir is not None:
         # An explicit range narrows the read even in a session without filter pushdown.
-        lo, hi = max(hwm + 1, from_id or 0), _INT64_MAX if to_id is None else to_id - 1
+        lo, hi = max(hwm + 1, from_id or 0), INT64_MAX if to_id is None else to_id - 1
         hot = (
             spark.read.format("tidings").schema(_HOT_SCHEMA).option("origin", "hot")
             .option("ranges", msgspec.json.encode([[namespace, lo, hi]]).decode())

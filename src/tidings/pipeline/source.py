@@ -73,6 +73,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from ..core.int64 import INT64_MAX
 from . import _logical
 from ._backend import archive_root, hot_log
 from ._columns import COLUMNS, DEFAULT_PARTITION_SIZE, EVENT_SCHEMA, check_schema, to_batch
@@ -84,7 +85,6 @@ __all__ = ["COLUMNS", "EVENT_SCHEMA", "TidingsDataSource", "TidingsReader", "che
 
 NAME: Final = "tidings"
 _INT_COLUMNS: Final = ("id", "seq", "timestamp")
-_INT64_MAX: Final = 2**63 - 1
 
 
 def register(spark: Any) -> None:
@@ -265,7 +265,7 @@ class TidingsReader(DataSourceReader):
         b = self.bounds
         with hot_log(self.path).connect() as conn:
             pieces = _logical.plan(
-                conn, Path(self.archive), b.namespaces, b.lo.get("id", 0), b.hi.get("id", _INT64_MAX), self.ranges
+                conn, Path(self.archive), b.namespaces, b.lo.get("id", 0), b.hi.get("id", INT64_MAX), self.ranges
             )
         if self.origin != "both":
             pieces = [p for p in pieces if p.archived == (self.origin == "archive")]
