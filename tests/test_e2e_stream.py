@@ -11,6 +11,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tidings.client import Admin, ApiResponseError, EventNotification, ItemError, Publisher, Stream, TransportError
 
@@ -264,6 +266,59 @@ async def test_integers_past_int64_are_refused_under_the_ref_and_the_connection_
         ok = json.loads((await ws.receive(timeout=10)).data)
         assert ok["op"] == "results" and ok["refs"] == [2] and "Ok" in ok["results"][0]
     assert "Traceback" not in (server.data_dir / "server.log").read_text()
+
+
+_ints = st.integers(-(2**70), 2**70) | st.integers(-3, 3)
+_json = st.recursive(
+    st.none() | st.booleans() | _ints | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+    max_leaves=12,
+)
+_some_ints = st.lists(_ints, min_size=1, max_size=4)
+_event = st.fixed_dictionaries(
+    {"namespace": st.sampled_from([NS, "x.y", ""]), "data": _json},
+    optional={"id": _ints | st.text(max_size=4), "headers": _json, "timestamp": _ints},
+)
+_messages = st.one_of(
+    # Well-formed but for their values, as a client that knows the protocol sends them ...
+    st.fixed_dictionaries({"op": st.just("publish"), "ref": _ints, "event": _event}),
+    st.fixed_dictionaries({"op": st.just("confirm"), "ref": _ints, "ids": _some_ints}),
+    st.fixed_dictionaries({"op": st.just("listen"), "ref": _ints, "subscriptions": _some_ints}),
+    st.fixed_dictionaries({"op": st.just("ack"), "push": _ints}, optional={"results": _json}),
+    st.fixed_dictionaries({"op": st.just("nack"), "push": _ints},
+                          optional={"status": _ints, "retryAfter": st.floats(allow_nan=False, allow_infinity=False)}),
+    # ... and anything else.
+    st.dictionaries(st.sampled_from(["op", "ref", "push", "ids", "event", "results"]), _json, max_size=4),
+    _json,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=st.lists(_messages, min_size=1, max_size=4))
+async def test_any_message_is_answered_or_closed_with_a_clear_code(server: ServerProcess, messages: list[Any]) -> None:
+    # Whatever a client sends: an answer, or a close code of the protocol's; never a
+    # dropped connection (1006) or an internal error (1011), and nothing in the log.
+    await registered(server, NS)
+    log_path = server.data_dir / "server.log"
+    seen = log_path.stat().st_size  # the server lives through all examples: only this one's lines
+    async with aiohttp.ClientSession() as http, http.ws_connect(
+        ws_url(server), headers={"authorization": f"Bearer {server.admin_token}"}
+    ) as ws:
+        for m in messages:
+            await ws.send_str(json.dumps(m))
+        await ws.send_str(publish_msg(1))
+        while True:
+            msg = await ws.receive(timeout=10)
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                assert msg.type is aiohttp.WSMsgType.CLOSE and ws.close_code in (1007, 1008, 1009), (msg, messages)
+                break
+            answer = json.loads(msg.data)
+            if answer.get("op") == "results" and 1 in answer["refs"] and answer["results"][answer["refs"].index(1)]:
+                break  # the connection went on to the last publish
+    with log_path.open("rb") as f:
+        f.seek(seen)
+        log = f.read().decode(errors="replace")
+    assert "Traceback" not in log and "ERROR" not in log, (messages, log[-2000:])
 
 
 async def test_clients_leaving_through_a_front_leave_no_error_behind(server_factory: Any) -> None:
