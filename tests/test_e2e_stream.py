@@ -178,6 +178,9 @@ async def test_missing_authorization_header_gets_401(server: ServerProcess) -> N
     assert e.value.status == 401
 
 
+_DEEP = "[" * 1000 + "]" * 1000
+
+
 @pytest.mark.parametrize(
     ("send", "code"),
     [
@@ -185,8 +188,13 @@ async def test_missing_authorization_header_gets_401(server: ServerProcess) -> N
         (lambda ws: ws.send_bytes(b"\x00\x01"), 1008),
         (lambda ws: ws.send_str("{not json"), 1007),
         (lambda ws: ws.send_str('{"op": "dance"}'), 1007),
+        # Nested deeper than the decoder goes: its ref cannot be read, so it is closed as one without.
+        (lambda ws: ws.send_str('{"op": "ack", "push": 1, "results": ' + _DEEP + "}"), 1007),
+        (lambda ws: ws.send_str('{"op": "dance", "ref": 3, "x": ' + _DEEP + "}"), 1007),
+        (lambda ws: ws.send_str('{"op": "publish", "ref": 3, "event": {"namespace": "a", "data": ' + _DEEP + "}}"),
+         1007),
     ],
-    ids=["oversize", "binary", "malformed", "unknown-op-without-ref"],
+    ids=["oversize", "binary", "malformed", "unknown-op-without-ref", "deep-ack", "deep-unknown-op", "deep-publish"],
 )
 async def test_bad_messages_close_with_a_clear_code(server_factory: Any, send: Any, code: int) -> None:
     server = server_factory(stream_max_frame_bytes="4096")
@@ -269,11 +277,9 @@ async def test_integers_past_int64_are_refused_under_the_ref_and_the_connection_
 
 
 _ints = st.integers(-(2**70), 2**70) | st.integers(-3, 3)
-_json = st.recursive(
-    st.none() | st.booleans() | _ints | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
-    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-    max_leaves=12,
-)
+_leaf = st.none() | st.booleans() | _ints | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
+_shallow = _leaf | st.lists(_leaf, max_size=3) | st.dictionaries(st.text(max_size=6), _leaf, max_size=3)
+_json = _shallow | st.lists(_shallow, max_size=3) | st.dictionaries(st.text(max_size=6), _shallow, max_size=3)
 _some_ints = st.lists(_ints, min_size=1, max_size=4)
 _event = st.fixed_dictionaries(
     {"namespace": st.sampled_from([NS, "x.y", ""]), "data": _json},

@@ -197,6 +197,9 @@ class _Connection:
             except msgspec.DecodeError as e:
                 await self._close(CLOSE_MALFORMED, f"not a JSON message: {e}"[:120])
                 return
+            except RecursionError:  # its ref cannot be read either: the rule of a message without one
+                await self._close(CLOSE_MALFORMED, "the message is nested too deeply")
+                return
             if not isinstance(m, Ack | Nack):  # a push id past int64 is simply no push of this connection
                 # As over HTTP; a publish's event is exempt as there (its integers are never stored as such).
                 where = out_of_range(m.ref, "$.ref") if isinstance(m, Publish) else out_of_range(m)
@@ -235,7 +238,7 @@ class _Connection:
         """Answer a message that does not decode under its ref; without one, close."""
         try:
             ref = _decode_ref(text).ref
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             ref = None
         if ref is None:
             await self._close(CLOSE_MALFORMED, f"a message this protocol does not know: {message}"[:120])
