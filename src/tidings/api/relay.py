@@ -20,6 +20,7 @@ from starlette.routing import Route
 from ..bodies import read_body
 from ..broker import Broker
 from ..broker.forwarding import RELAY_HEADER, RelayBatch, Relayed, verify
+from ..core.undecodable import UNDECODABLE
 from ..errors import ApiError, BadRequest, Forbidden
 from ..store import PrincipalRecord
 
@@ -43,7 +44,7 @@ def relay_route(broker: Broker, error_response: Callable[[int, str, str], Respon
                 raise Forbidden("icrc72_publish_relay takes only relays signed by a broadcaster of this store")
             try:
                 relayed = _decode(body)
-            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            except UNDECODABLE as e:
                 raise BadRequest(f"icrc72_publish_relay: {e}", code="invalid_argument") from None
             batch = relayed.batch
             seen = {r.index for r in batch.rows}

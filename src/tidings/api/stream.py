@@ -30,6 +30,7 @@ from ..broker.broadcaster import check_event
 from ..core.config import SubscriptionConfig
 from ..core.int64 import out_of_range, range_message
 from ..core.retry import Outcome, classify
+from ..core.undecodable import UNDECODABLE
 from ..core.wire import ConfirmResult, ItemResult, err, ok
 from ..core.wire_stream import (
     CLOSE_AUTH,
@@ -238,7 +239,7 @@ class _Connection:
         """Answer a message that does not decode under its ref; without one, close."""
         try:
             ref = _decode_ref(text).ref
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        except UNDECODABLE:
             ref = None
         if ref is None:
             await self._close(CLOSE_MALFORMED, f"a message this protocol does not know: {message}"[:120])

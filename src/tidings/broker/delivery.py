@@ -38,6 +38,7 @@ import msgspec
 from ..core.config import SubscriptionConfig
 from ..core.namespaces import is_pattern
 from ..core.retry import Outcome, classify, retry_after_seconds
+from ..core.undecodable import UNDECODABLE
 from ..core.wire import ConfirmResult
 from ..outbound import Outbound
 from ..settings import Settings
@@ -438,6 +439,6 @@ class Delivery:
         outcome = classify(got.status, retry_after)
         answer: object = None
         if outcome is Outcome.ACK and got.body and not got.truncated:
-            with contextlib.suppress(msgspec.DecodeError):
+            with contextlib.suppress(*UNDECODABLE):
                 answer = _decode_answer(got.body)
         return outcome, answer, got.code, retry_after

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 import aiohttp
 import msgspec
 
+from ..core.undecodable import UNDECODABLE
 from ._errors import ApiResponseError, TransportError
 
 T = TypeVar("T")
@@ -70,7 +71,7 @@ class Connection:
         if status != 200:
             try:
                 problem = _error_decoder.decode(raw).error
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except UNDECODABLE:
                 raise ApiResponseError(status, "http_error", raw[:200].decode(errors="replace")) from None
             raise ApiResponseError(status, problem.code, problem.message)
         dec = self._decoders.get(result)

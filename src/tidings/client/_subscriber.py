@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..core import webhooks
+from ..core.undecodable import UNDECODABLE
 from ..core.wire import (
     ConfirmResult,
     DeadLetterInfo,
@@ -279,7 +280,7 @@ class Subscriber:
                 return
         try:
             batch = _decode_batch(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except UNDECODABLE as e:
             await _respond(send, 400, _encode({"error": {"code": "invalid_argument", "message": str(e)}}))
             return
         if self.mode == "oneshot":

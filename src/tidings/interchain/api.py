@@ -54,6 +54,8 @@ def _decode(decoder: Any, raw: bytes) -> Any:
         raise InvalidEvent(str(e)) from e
     except msgspec.DecodeError as e:
         raise InvalidEvent(f"the body is not JSON: {e}", code="malformed_json") from e
+    except RecursionError as e:  # (core.undecodable)
+        raise InvalidEvent("the body is nested too deeply") from e
 
 
 def make_app(distributor: Distributor, *, lifespan: Any = None) -> Starlette:

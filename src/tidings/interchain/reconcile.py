@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from ..core.interchain import DltPublish, InvalidEvent, global_id, publish_body_of
+from ..core.undecodable import UNDECODABLE
 from .adapters import Network
 from .config import DistributorConfig
 from .errors import InterchainError
@@ -142,7 +143,7 @@ async def reconcile(networks: list[Network], state: State, spark: Any, *, repair
 def _body(payload: str) -> DltPublish:
     try:
         return _decode_publish(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except UNDECODABLE as e:
         raise InvalidEvent(f"cannot republish {payload[:200]!r}: {e}") from e
 
 

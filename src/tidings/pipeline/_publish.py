@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import UNSET, structs
 
+from ..core.undecodable import UNDECODABLE
 from ..core.wire import Event, ItemResult
 from .errors import PipelineError
 
@@ -230,6 +231,6 @@ class BrokerPublisher:
 def _problem_of(status: int, body: bytes) -> tuple[str, str]:
     try:
         p = _problem.decode(body).error
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNDECODABLE:
         return "http_error", body[:200].decode(errors="replace")
     return p.code, p.message

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ..core.undecodable import UNDECODABLE
 from ..core.values import InvalidValue, check, from_python
 from ..core.wire import Event
 
@@ -134,7 +135,7 @@ def _wire_data(text: Any) -> Any:
     try:
         data = _decode(text)
         check(data, "$.data")
-    except msgspec.DecodeError as e:
+    except UNDECODABLE as e:
         raise RowRefused("InvalidValue", f"the row's data is not JSON: {e}") from None
     except InvalidValue as e:
         raise RowRefused("InvalidValue", f"the row's data is not ICRC-16 wire JSON: {e}") from None
@@ -148,7 +149,7 @@ def _headers(text: Any) -> list[tuple[str, Any]]:
         pairs = _decode(text, type=list[tuple[str, Any]])
         for key, value in pairs:
             check(value, f"$.headers.{key}")
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except UNDECODABLE as e:
         raise RowRefused("InvalidValue", f"the row's headers are not JSON Map pairs [[key, value], ...]: {e}") from None
     except InvalidValue as e:
         raise RowRefused("InvalidValue", f"the row's headers: {e}") from None

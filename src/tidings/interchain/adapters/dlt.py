@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...core.interchain import DltPublish, DltSubscribe, NetworkNotification
+from ...core.undecodable import UNDECODABLE
 from ..errors import NetworkUnavailable
 from ._base import Deliver, Network
 
@@ -108,7 +109,7 @@ class DltNetwork(Network):
                             media_type="application/json")
         try:
             n = _decode_one(await request.body())
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except UNDECODABLE as e:
             return Response(_encode({"error": {"code": "invalid_argument", "message": str(e)}}), 400,
                             media_type="application/json")
         n.network = n.network or self.name

@@ -22,6 +22,7 @@ import msgspec
 
 from ...core.global_id import escape_global_id
 from ...core.interchain import DltPublish, InvalidEvent, NetworkNotification, global_id, notification_of
+from ...core.undecodable import UNDECODABLE
 from ..errors import InterchainError, NetworkUnavailable
 from ._base import Deliver, Network
 
@@ -91,7 +92,7 @@ class JetStreamNetwork(Network):
     def _notification(self, msg: Any) -> NetworkNotification | None:
         try:
             body = _decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except UNDECODABLE:
             return None
         meta = msg.metadata
         ts = meta.timestamp

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from ...core.interchain import DltPublish, NetworkNotification, notification_of
+from ...core.undecodable import UNDECODABLE
 from ..errors import InterchainError, NetworkUnavailable
 from ._base import Deliver, Network
 
@@ -51,7 +52,7 @@ class RedisStreamNetwork(Network):
             return None
         try:
             body = _decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except UNDECODABLE:
             return None
         eid = entry_id.decode()
         return notification_of(body, id=eid, timestamp=int(eid.split("-")[0]), network=self.name)
