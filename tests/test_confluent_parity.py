@@ -175,6 +175,20 @@ async def test_json_schema_references(srv: ServerProcess, raw: Raw, http: aiohtt
     assert await raw.code("DELETE", "/subjects/customer-json/versions/1?permanent=true") == (422, 42206)
 
 
+@pytest.mark.parametrize("fmt", ["JSON", "AVRO"])
+@pytest.mark.parametrize("deep", ["[" * 3000 + "]" * 3000, '{"a":' * 3000 + "1" + "}" * 3000])
+async def test_a_text_nested_past_the_parser_is_refused_with_its_references_too(
+    srv: ServerProcess, raw: Raw, fmt: str, deep: str
+) -> None:
+    # Resolving references parsed the text on a path of its own, which raised RecursionError: a 500.
+    base = obj(name={"type": "string"}) if fmt == "JSON" else record("Base", ("name", "string"))
+    await raw.ok("POST", f"/subjects/base-{fmt}/versions", {"schemaType": fmt, "schema": base})
+    body = {"schemaType": fmt, "schema": deep, "references": [{"name": "base", "subject": f"base-{fmt}", "version": 1}]}
+    assert await raw.code("POST", f"/subjects/deep-{fmt}/versions", body) == (422, 42201)
+    assert await raw.code("POST", f"/compatibility/subjects/base-{fmt}/versions/latest", body) == (422, 42201)
+    assert "Traceback" not in (srv.data_dir / "server.log").read_text()
+
+
 async def test_avro_references(srv: ServerProcess, raw: Raw, http: aiohttp.ClientSession) -> None:
     customer = record("Customer", ("name", "string"))
     await raw.ok("POST", "/subjects/customer-avro/versions", {"schema": customer})

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from .formats import MalformedSchema, Model, SchemaFormat, parse_model
+from .formats._jsontext import load_json
 from .formats._protobuf import ProtobufModel
 
 __all__ = ["Ref", "RefTarget", "bundle_avro", "bundle_json", "identity", "parse_with_references"]
@@ -91,10 +92,12 @@ def parse_with_references(
 
 
 def _load(text: str, what: str) -> Any:
+    # The registry's one JSON rule (strict, bounded depth): a text nested past what the
+    # parser goes raised RecursionError here, a 500.
     try:
-        return json.loads(text)
-    except ValueError as e:
-        raise MalformedSchema(f"{what} is not JSON: {e}") from None
+        return load_json(text)
+    except MalformedSchema as e:
+        raise MalformedSchema(f"{what}: {e}") from None
 
 
 # -- JSON Schema ---------------------------------------------------------------------------
