@@ -279,6 +279,27 @@ async def test_bad_stanzas_get_xmpp_errors_and_never_stall_the_component(
     assert res.xml[0].tag == f"{{{ENS}}}published"
 
 
+@pytest.mark.parametrize("wrap", [
+    lambda deep: f"<publish xmlns='{ENS}'>{deep}</publish>",
+    lambda deep: f"<pubsub xmlns='{PUBSUB}'><publish node='xmpp:localhost:alice:test'><item>{deep}</item></publish>"
+                 "</pubsub>",
+], ids=["ens", "xep-0060"])
+async def test_a_payload_nested_thousands_deep_is_not_acceptable(
+    clients: Any, xserver: ServerProcess, wrap: Any
+) -> None:
+    # slixmpp writes elements out by recursion: stored as it came, such a payload raised
+    # RecursionError in the component, and would again in every push of it.
+    alice = await clients("alice")
+    await online(alice)
+    deep = "<a xmlns='urn:x'>" * 3000 + "</a>" * 3000
+    with pytest.raises(IqError) as e:
+        await alice.request_raw(wrap(deep))
+    assert error_of(e.value)[0] == "not-acceptable"
+    res = await alice.request(f"<publish xmlns='{ENS}'><ok xmlns='urn:x'/></publish>")
+    assert res.xml[0].tag == f"{{{ENS}}}published"
+    assert "Traceback" not in (xserver.data_dir / "server.log").read_text()
+
+
 async def test_a_forged_from_does_not_act_as_another_user(clients: Any, xserver: ServerProcess,
                                                           http: aiohttp.ClientSession) -> None:
     alice, bob = await clients("alice"), await clients("bob")

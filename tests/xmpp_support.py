@@ -14,9 +14,10 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 import slixmpp
+from slixmpp.exceptions import IqError
 from slixmpp.xmlstream import StanzaBase
-from slixmpp.xmlstream.handler import CoroutineCallback
-from slixmpp.xmlstream.matcher import StanzaPath
+from slixmpp.xmlstream.handler import Callback, CoroutineCallback
+from slixmpp.xmlstream.matcher import MatcherId, StanzaPath
 
 from .conftest import free_port
 
@@ -204,3 +205,15 @@ class Client(slixmpp.ClientXMPP):
         iq = self.make_iq(ito=COMPONENT, itype=type_)
         iq.xml.append(ET.fromstring(xml))
         return await iq.send(timeout=timeout)
+
+    async def request_raw(self, xml: str, type_: str = "set", timeout: float = 15) -> Any:
+        """As :meth:`request`, with ``xml`` sent as written: for payloads slixmpp itself
+        cannot write out (nested thousands deep)."""
+        iq_id = self.new_id()
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.register_handler(Callback(f"raw {iq_id}", MatcherId(iq_id), answer.set_result, once=True))
+        self.send_raw(f"<iq type='{type_}' to='{COMPONENT}' id='{iq_id}'>{xml}</iq>")
+        got = await asyncio.wait_for(answer, timeout)
+        if got["type"] == "error":
+            raise IqError(got)
+        return got

@@ -38,7 +38,7 @@ from ..errors import TidingsError
 from ..settings import Settings
 from ..store import PrincipalRecord, SubscriptionRecord
 from . import ens_face, pubsub_face
-from .payload import to_xml
+from .payload import MAX_DEPTH, to_xml, too_deep
 from .stanzas import ENS, StanzaError, code_of
 
 if TYPE_CHECKING:
@@ -50,6 +50,10 @@ __all__ = ["XmppFace"]
 log = logging.getLogger("tidings.xmpp")
 _decode = msgspec.json.Decoder().decode
 _RECONNECT_MAX_S = 5.0
+_WRAPPING = 3
+"""Elements a request may wrap its payload in (``pubsub``, ``publish``, ``item``). A
+request nested deeper than these plus :data:`MAX_DEPTH` is refused before it is read;
+``from_xml`` then holds the payload itself to :data:`MAX_DEPTH`."""
 Handler = Callable[["XmppFace", slixmpp.Iq, ET.Element], Awaitable[ET.Element | None]]
 
 
@@ -129,6 +133,10 @@ class XmppFace:
         try:
             if child is None:
                 raise StanzaError("bad-request", "an iq request needs one child element")
+            if too_deep(child, MAX_DEPTH + _WRAPPING):
+                # Dropped before anything copies it: slixmpp's reply copies the stanza by recursion.
+                iq.xml.remove(child)
+                raise StanzaError("not-acceptable", f"the payload nests more than {MAX_DEPTH} elements deep")
             ns, _, name = child.tag[1:].partition("}") if child.tag.startswith("{") else ("", "", child.tag)
             handler = self._handlers.get((ns, name))
             if handler is None:

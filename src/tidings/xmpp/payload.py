@@ -15,17 +15,25 @@ from xml.etree import ElementTree as ET
 import msgspec
 from slixmpp.xmlstream import tostring
 
-__all__ = ["ICRC16_NS", "PayloadError", "from_xml", "to_xml"]
+__all__ = ["ICRC16_NS", "MAX_DEPTH", "PayloadError", "from_xml", "to_xml", "too_deep"]
 
 ICRC16_NS = "urn:tidings:icrc16"
 _encode = msgspec.json.Encoder().encode
 
 
+MAX_DEPTH = 64
+"""Deepest nesting of elements a payload may have. slixmpp serializes an element by
+recursion, so one nested a few thousand deep (a few KB) would raise RecursionError
+wherever it is written out: when it is published, and in every push of it."""
+
+
 class PayloadError(ValueError):
-    """A payload that cannot be carried (too large)."""
+    """A payload that cannot be carried (too large, or nested too deeply)."""
 
 
 def from_xml(children: list[ET.Element], max_bytes: int) -> dict[str, Any]:
+    if any(too_deep(c, MAX_DEPTH) for c in children):
+        raise PayloadError(f"the payload nests more than {MAX_DEPTH} elements deep")
     text = "".join(tostring(c) for c in children)
     if len(text.encode()) > max_bytes:
         raise PayloadError(f"the payload has more than {max_bytes} bytes")
@@ -37,12 +45,26 @@ def to_xml(data: Any) -> list[ET.Element]:
     xml = _xml_text(data)
     if xml is not None:
         try:
-            return list(ET.fromstring(f"<r>{xml}</r>"))
+            elements = list(ET.fromstring(f"<r>{xml}</r>"))
         except ET.ParseError:
             pass  # published over HTTP as such, but not XML: carried as ICRC-16 below
+        else:
+            if not any(too_deep(e, MAX_DEPTH) for e in elements):
+                return elements  # else (published over HTTP so) carried as ICRC-16 below
     el = ET.Element(f"{{{ICRC16_NS}}}icrc16")
     el.text = _encode(data).decode()
     return [el]
+
+
+def too_deep(root: ET.Element, limit: int) -> bool:
+    """Whether ``root`` nests more than ``limit`` elements deep (found without recursion)."""
+    stack = [(root, 1)]
+    while stack:
+        el, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in el)
+    return False
 
 
 def _xml_text(data: Any) -> str | None:
