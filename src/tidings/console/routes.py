@@ -19,6 +19,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from ..broker import Broker
+from ..core.int64 import INT64_MAX
 from ..errors import ApiError, BadRequest, Forbidden, NotFound
 from ..store import PrincipalRecord
 from .queries import may_tail, principals_page, publications_page, subscriptions_page
@@ -68,7 +69,7 @@ def _int(request: Request, name: str) -> int | None:
         value = int(raw)
     except ValueError:
         raise BadRequest(f"{name} must be an integer, not {raw[:40]!r}", code="invalid_argument") from None
-    if not 0 <= value < 2**63:
+    if not 0 <= value <= INT64_MAX:
         raise BadRequest(f"{name} is out of range", code="out_of_range")
     return value
 

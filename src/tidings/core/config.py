@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import filters
+from .int64 import INT64_MAX
 
 __all__ = [
     "FILTER",
@@ -197,7 +198,7 @@ def _positive_nat(c: dict[str, Any], key: str) -> int | None:
     if key not in c:
         return None
     n = _nat(c[key])
-    top = MAX_VALUES.get(key, 2**63 - 1)
+    top = MAX_VALUES.get(key, INT64_MAX)
     if n is None or not 1 <= n <= top:
         raise ImproperConfig(key, f"expected a Nat from 1 to {top:,}".replace(",", "_"))
     return n

@@ -53,6 +53,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from ..core.int64 import INT64_MAX
 from . import _logical
 from ._backend import archive_root, hot_log
 from ._columns import DEFAULT_PARTITION_SIZE, check_schema, to_batch
@@ -124,7 +125,7 @@ class TidingsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             b = conn.binds()
             row = conn.one(f"SELECT MIN(seq) FROM events WHERE TRUE{_logical.marks_sql(self._marks(), b)}", b)
         hot = row[0] if row else None
-        arch = _logical.archived_seq_table(Path(self.archive), self._marks(), 0, 2**63 - 1, ("seq",))
+        arch = _logical.archived_seq_table(Path(self.archive), self._marks(), 0, INT64_MAX, ("seq",))
         firsts = [x for x in (hot, arch.column("seq")[0].as_py() if arch.num_rows else None) if x is not None]
         return min(firsts) - 1 if firsts else 0
 
