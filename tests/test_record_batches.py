@@ -113,19 +113,24 @@ async def test_every_reader_sees_one_record_per_notification_at_any_page(store: 
     assert await store.former_subscribers([*gaps, ids[-1] + 1, 10**15, 0, -5]) == {}
 
 
+async def _stored_mixed_records(tmp_path: Path) -> list[Any]:
+    """:func:`_mixed_records` in an SQLite store at ``tmp_path``, closed; its records."""
+    store = SQLiteStore(tmp_path / "tidings.db")
+    await store.open()
+    try:
+        await _mixed_records(store)
+        return list(await store.deliveries())
+    finally:
+        await store.close()
+
+
 async def test_the_pipeline_trims_and_reads_records_not_rows(tmp_path: Path) -> None:
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
 
     from tidings.pipeline._backend import hot_log
     from tidings.pipeline.deliveries import DELIVERY_SCHEMA, DeliveriesReader
 
-    store = SQLiteStore(tmp_path / "tidings.db")
-    await store.open()
-    try:
-        await _mixed_records(store)
-        full = await store.deliveries()
-    finally:
-        await store.close()
+    full = await _stored_mixed_records(tmp_path)
     with sqlite3.connect(tmp_path / "tidings.db") as c:
         assert c.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0] < len(full) // 100  # packed
     wanted = [tuple(getattr(d, f) for f in RECORD_COLUMNS) for d in full]
@@ -182,13 +187,7 @@ async def test_the_records_source_takes_bounds_at_the_ends_of_int64(tmp_path: Pa
 
     from tidings.pipeline.deliveries import DELIVERY_SCHEMA, DeliveriesReader
 
-    store = SQLiteStore(tmp_path / "tidings.db")
-    await store.open()
-    try:
-        await _mixed_records(store)
-        full = await store.deliveries()
-    finally:
-        await store.close()
+    full = await _stored_mixed_records(tmp_path)
     top, bottom = 2**63 - 1, -(2**63)
     cases = [
         ([GreaterThanOrEqual(("serial",), bottom)], len(full)),
