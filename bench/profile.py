@@ -67,7 +67,23 @@ def _split_line(cpu: dict[str, float], count: int, unit: str) -> str:
         us = 1e6 * cpu[role] / count
         ceiling = f", {1e6 / us:,.0f}/s per core" if us >= 0.5 else ""  # not for a process that barely took part
         parts.append(f"{role} {us:.1f} µs{ceiling}")
-    return f"CPU per {unit}: " + "; ".join(parts)
+    return f"CPU per {unit}: " + "; ".join(parts) + "\n" + _host_line(cpu, count, unit)
+
+
+def _host_line(cpu: dict[str, float], count: int, unit: str) -> str:
+    """What this host could do at best with these costs: its cores shared by every
+    process of the run (the clients and endpoints too), and never faster than the one
+    broker process on its one core. The figure a target is compared with (BENCHMARKS.md)."""
+    import os
+
+    cores = os.cpu_count() or 1
+    total = 1e6 * sum(cpu.values()) / count
+    broker = 1e6 * cpu["broker"] / count
+    if total <= 0 or broker <= 0:
+        return f"all processes: too little CPU per {unit} to measure"
+    shared, alone = cores * 1e6 / total, 1e6 / broker
+    return (f"all processes {total:.1f} µs per {unit}: at best {min(shared, alone):,.0f}/s on this host "
+            f"({cores} cores shared: {shared:,.0f}/s; the broker's one core: {alone:,.0f}/s)")
 
 
 def _report(raw: Path, top: int) -> None:
