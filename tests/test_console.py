@@ -204,11 +204,22 @@ async def test_a_failing_subscriber_dead_letters_and_the_console_redrives_it(
     await expect(rows.first).to_contain_text("attempts_exhausted")
     first, second = [int(x) for x in await rows.evaluate_all("rs => rs.map(r => r.dataset.id)")]
 
+    # A box ticked stays ticked when the list is loaded again, as it is after every
+    # redrive or drop (a tick made while that answer was on its way was lost).
+    shown = await page.query_selector("#dead-letters")
+    await page.check(f'#dead-letters input[value="{second}"]')
+    await page.click("text=Show")
+    await page.wait_for_function("t => !t.isConnected", arg=shown)
+    await expect(page.locator(f'#dead-letters input[value="{second}"]')).to_be_checked()
+    await expect(page.locator(f'#dead-letters input[value="{first}"]')).not_to_be_checked()
+    await page.uncheck(f'#dead-letters input[value="{second}"]')
+
     # Redrive the first, drop the second: itemised answers inline, the rows go.
     hook.status = 200
     await page.check(f'#dead-letters input[value="{first}"]')
     await page.click("#redrive")
     await expect(page.locator("#dead-letter-results .ok")).to_have_text(f"notification {first}: ok true")
+    await expect(rows).to_have_count(1)
     await eventually(lambda: hook.events == [1])
     await page.check(f'#dead-letters input[value="{second}"]')
     await page.click("#drop")

@@ -71,10 +71,15 @@ export function deadLettersView(root, ctx) {
     let rows;
     try { rows = await call("tidings_get_dead_letters", query); } catch (e) { showError(box, e); return; }
     prev = after;
+    // What is ticked when the answer comes stays ticked: the list is reloaded after every
+    // redrive or drop, and a box ticked meanwhile must not be lost.
+    const ticked = new Set(chosen());
     const body = h("tbody");
     for (const d of rows) {
+      const tick = h("input", { type: "checkbox", value: d.id, "aria-label": "Select dead letter " + d.id });
+      tick.checked = ticked.has(d.id);
       body.append(h("tr", { "data-id": d.id },
-        h("td", {}, h("input", { type: "checkbox", value: d.id, "aria-label": "Select dead letter " + d.id })),
+        h("td", {}, tick),
         h("td", { class: "num" }, String(d.id)), h("td", { class: "num" }, String(d.subscription)), h("td", {}, d.namespace),
         h("td", { class: "num" }, String(d.eventId)), h("td", { class: "num" }, String(d.attempts)), h("td", {}, d.reason),
         h("td", { class: "hide-narrow" }, time(d.timestamp))));
