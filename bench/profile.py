@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -74,8 +75,6 @@ def _host_line(cpu: dict[str, float], count: int, unit: str) -> str:
     """What this host could do at best with these costs: its cores shared by every
     process of the run (the clients and endpoints too), and never faster than the one
     broker process on its one core. The figure a target is compared with (BENCHMARKS.md)."""
-    import os
-
     cores = os.cpu_count() or 1
     total = 1e6 * sum(cpu.values()) / count
     broker = 1e6 * cpu["broker"] / count
