@@ -61,6 +61,7 @@ CASES: list[tuple[str, bytes | str, str | None]] = [
     ("icrc72_publish", "x" * 5000, None),  # 413
     ("icrc72_publish", "x" * 5000, "bad-token"),  # 401 before 413
     ("icrc72_publish", b"[{", None),  # malformed
+    ("icrc72_publish", "[" * 1500 + "]" * 1500, None),  # nested past the decoder
     ("icrc72_publish", b"\xff\xfe", None),  # not UTF-8
     ("icrc72_publish", b"", None),
     ("icrc72_publish", json.dumps([{"namespace": NS, "data": {"Nat": i}} for i in range(6)]), None),  # > 5

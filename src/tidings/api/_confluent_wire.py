@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from ..core.undecodable import UNDECODABLE
 from ..core.wire_schemas import CompatibilityIssue, SchemaErr
 from ..errors import ApiError
 
@@ -163,7 +164,7 @@ def decode(body: bytes, decoder: msgspec.json.Decoder[Any], error_code: int) -> 
         return decoder.decode(body)
     except msgspec.ValidationError as e:
         raise ConfluentError(422, error_code, f"invalid request body: {e}") from None
-    except (msgspec.DecodeError, RecursionError) as e:
+    except UNDECODABLE as e:
         raise ConfluentError(400, 400, f"the body is not valid JSON: {e}") from None
 
 

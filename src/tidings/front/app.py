@@ -29,6 +29,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 
 from ..bodies import read_body
 from ..core import ingest, values
+from ..core.undecodable import UNDECODABLE
 from ..core.wire import Event
 from ..errors import PayloadTooLarge
 
@@ -194,7 +195,7 @@ def _prepare(body: bytes, max_items: int) -> ingest.PublishBatch | None:
     (malformed, too many events, a value that is not ICRC-16)."""
     try:
         events = _decode_events(body)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+    except (*UNDECODABLE, UnicodeDecodeError):
         return None
     if not events or len(events) > max_items:
         return None
