@@ -189,6 +189,9 @@ async def test_errors_carry_confluent_codes(srv: ServerProcess, http: aiohttp.Cl
     assert await code("POST", "/subjects/big/versions", {"schema": big}) == (422, 42209)
     assert await code("POST", "/subjects/bad name/versions", {"schema": ORDER_V1}) == (422, 42208)
     assert await code("POST", reg, raw=b"{not json") == (400, 400)
+    deep = b"[" * 3000 + b"]" * 3000  # past the decoder's depth, where any JSON is taken
+    assert await code("POST", reg, raw=b'{"schema": "x", "metadata": ' + deep + b"}") == (400, 400)
+    assert await code("PUT", "/config", raw=b'{"unknown": ' + deep + b"}") == (400, 400)
     assert await code("POST", reg, {"schemaType": "AVRO"}) == (422, 42201)
     assert await code("POST", reg, {"schema": ORDER_V1}, ctype="text/plain") == (415, 415)
     assert await code("POST", reg, {"schema": ORDER_BAD}) == (409, 40901)
