@@ -170,7 +170,7 @@ async def _principal(args: argparse.Namespace) -> int:
     from .store import store_for
 
     settings = Settings.from_env(data_dir=args.data_dir, store=getattr(args, "store", None))
-    store = store_for(settings.store, settings.db_path)
+    store = store_for(settings.store, settings.db_path, timeout_s=settings.store_timeout_s)
     await store.open()
     try:
         auth = Authenticator(store)

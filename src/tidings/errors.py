@@ -11,6 +11,8 @@
     │   ├── PayloadTooLarge      413  payload_too_large
     │   └── Unavailable          503  unavailable
     ├── StoreError               the store failed (I/O, corruption); the request is not applied
+    │   ├── StoreUnavailable     the store cannot be reached now (restarting, failing over, cut off): retry
+    │   └── LeaseLost            a write under a lease this process no longer holds was refused (fencing)
     └── ConfigError              a setting is missing or invalid
 
 The ``code`` strings are stable and are what clients and tests should look at; the
@@ -25,9 +27,11 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "Forbidden",
+    "LeaseLost",
     "NotFound",
     "PayloadTooLarge",
     "StoreError",
+    "StoreUnavailable",
     "TidingsError",
     "Unauthenticated",
     "Unavailable",
@@ -77,9 +81,27 @@ class Unavailable(ApiError):
     status = 503
     default_code = "unavailable"
 
+    def __init__(self, message: str, *, code: str | None = None, retry_after_s: int = 1) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+        """Sent as ``Retry-After``: when trying again makes sense."""
+
 
 class StoreError(TidingsError):
     """The store could not complete an operation; nothing of it was applied."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now (it restarts, fails over, or the network to it is
+    cut): nothing was applied, or, for a write whose connection broke after it was sent,
+    whether it was is unknown. Worth retrying after a moment (HTTP 503, Retry-After)."""
+
+    retry_after_s = 1
+
+
+class LeaseLost(StoreError):
+    """A write for leased work was refused: the lease it was made under has been taken by
+    another broadcaster (its epoch moved on). Whoever made it must stop that work."""
 
 
 class ConfigError(TidingsError):

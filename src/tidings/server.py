@@ -50,7 +50,9 @@ def _private_data_dir(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> int:
-    broker = Broker(settings, store_for(settings.store, settings.db_path, fsync=settings.commit_fsync))
+    broker = Broker(settings, store_for(
+        settings.store, settings.db_path, fsync=settings.commit_fsync, timeout_s=settings.store_timeout_s
+    ))
     async with broker:
         tune_gc()
         token_file = settings.data_dir / "admin.token"

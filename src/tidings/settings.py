@@ -54,10 +54,18 @@ class Settings:
     heartbeat_s: float = 1.0
     """Several broadcasters: how often each records itself alive and renews its leases."""
 
-    forward_timeout_s: float = 5.0
+    forward_timeout_s: float = 1.0
     """Several broadcasters: a broadcaster that receives events of a publication another
     owns forwards them there (``icrc72_publish_relay``) and waits this long for the owner's
-    answer; 0 stores them where they arrive instead (docs/scaling.md)."""
+    answer, then makes sure the owner will not store them and stores them itself (or
+    answers with the ids the owner stored them under); 0 stores them where they arrive
+    instead (docs/scaling.md)."""
+
+    store_timeout_s: float = 10.0
+    """PostgreSQL store: longest wait to connect, to get a pooled connection, and for one
+    statement's answer; past it the call fails as the store being unavailable (a publish
+    is answered 503 with ``Retry-After``). Also the server's ``lock_timeout``
+    (docs/operations.md, "PostgreSQL: timeouts")."""
 
     max_body_bytes: int = 4 * 1024 * 1024
     """Largest request body accepted; larger ones get 413 ``payload_too_large``."""
@@ -245,6 +253,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "lease_s": (1, 600),
     "heartbeat_s": (0.05, 60),
     "forward_timeout_s": (0, 120),
+    "store_timeout_s": (0.5, 600),
     "port": (0, 65_535),
     "push_timeout_s": (0.001, 3_600),
     "ack_deadline_s": (0.001, 3_600),

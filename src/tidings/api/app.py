@@ -22,7 +22,7 @@ from starlette.routing import Route, WebSocketRoute
 from ..bodies import read_body
 from ..broker import Broker
 from ..console import console_routes
-from ..errors import ApiError, BadRequest, NotFound
+from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply, warning_header
 from .confluent import ENDPOINTS, confluent_routes
@@ -48,8 +48,18 @@ class _Error(msgspec.Struct):
     error: _ErrorBody
 
 
-def error_response(status: int, code: str, message: str) -> Response:
-    return Response(_encode(_Error(_ErrorBody(code, message))), status_code=status, media_type=_JSON)
+def error_response(status: int, code: str, message: str, retry_after_s: int | None = None) -> Response:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    return Response(_encode(_Error(_ErrorBody(code, message))), status_code=status, media_type=_JSON, headers=headers)
+
+
+def api_error(e: ApiError | StoreUnavailable) -> Response:
+    """The answer to a refused request: its documented JSON error, with ``Retry-After``
+    when trying again later makes sense (a store that is unavailable: 503)."""
+    if isinstance(e, StoreUnavailable):
+        log.warning("the store is unavailable: %s", e)
+        return error_response(503, "unavailable", f"the store is unavailable; retry shortly ({e})", 1)
+    return error_response(e.status, e.code, e.message, getattr(e, "retry_after_s", None))
 
 
 def publish_reply(results: Any, warnings: list[str]) -> Response:
@@ -96,8 +106,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             except RecursionError:
                 raise BadRequest("the body is nested too deeply", code="invalid_argument") from None
             result = await method.handler(broker, caller, arg)
-        except ApiError as e:
-            return error_response(e.status, e.code, e.message)
+        except (ApiError, StoreUnavailable) as e:
+            # StoreUnavailable: the database restarts, fails over or is cut off: retryable.
+            return api_error(e)
         except ClientDisconnect:
             # The client went away mid-request: nothing to answer, nothing wrong here.
             log.debug("%s: the client disconnected before its body was read", name)
@@ -126,7 +137,11 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         return HTMLResponse(_DOCS_PAGE)
 
     async def metrics(request: Request) -> Response:
-        text = broker.metrics.render(await broker.store.pending_counts(), broker.delivery.workers_running)
+        try:
+            pending = await broker.store.pending_counts()
+        except StoreError as e:
+            return error_response(503, "unavailable", f"the store is unavailable; retry shortly ({e})", 1)
+        text = broker.metrics.render(pending, broker.delivery.workers_running)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def health(request: Request) -> Response:

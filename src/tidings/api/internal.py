@@ -26,8 +26,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import Broker
 from ..core.ingest import PublishBatch
-from ..errors import ApiError
-from .app import error_response, publish_reply
+from ..errors import ApiError, StoreUnavailable
+from .app import api_error, publish_reply
 
 __all__ = ["FRONT_HEADER", "internal_app"]
 
@@ -46,15 +46,15 @@ def internal_app(broker: Broker, public: Starlette, secret: str) -> ASGIApp:
             warnings: list[str] = []
             refused = {i: (ns, why) for i, ns, why in batch.refused}
             results = await broker.broadcaster.commit(caller, batch.n, batch.rows, refused, batch.now, warnings)
-        except ApiError as e:
-            return error_response(e.status, e.code, e.message)
+        except (ApiError, StoreUnavailable) as e:
+            return api_error(e)
         return publish_reply(results, warnings)
 
     async def auth(request: Request) -> Response:
         try:
             await broker.auth.principal(request.headers.get("authorization"))
-        except ApiError as e:
-            return error_response(e.status, e.code, e.message)
+        except (ApiError, StoreUnavailable) as e:
+            return api_error(e)
         return Response(status_code=200)
 
     private = Starlette(routes=[

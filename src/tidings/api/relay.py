@@ -21,7 +21,7 @@ from ..bodies import read_body
 from ..broker import Broker
 from ..broker.forwarding import RELAY_HEADER, RelayBatch, Relayed, verify
 from ..core.undecodable import UNDECODABLE
-from ..errors import ApiError, BadRequest, Forbidden
+from ..errors import ApiError, BadRequest, Forbidden, StoreUnavailable
 from ..store import PrincipalRecord
 
 __all__ = ["relay_route"]
@@ -54,10 +54,15 @@ def relay_route(broker: Broker, error_response: Callable[[int, str, str], Respon
                 raise BadRequest("icrc72_publish_relay: event positions out of range", code="invalid_argument")
             warnings: list[str] = []
             publisher = PrincipalRecord(name=relayed.source, admin=relayed.admin)
+            if len(relayed.token) > 64:
+                raise BadRequest("icrc72_publish_relay: the relay token is too long", code="invalid_argument")
             results = await broker.broadcaster.commit(
-                publisher, batch.n, batch.rows, {}, batch.now, warnings, relayed=True
+                publisher, batch.n, batch.rows, {}, batch.now, warnings, relayed=True,
+                relay_token=relayed.token or None,
             )
-        except ApiError as e:
+        except (ApiError, StoreUnavailable) as e:
+            if isinstance(e, StoreUnavailable):
+                return error_response(503, "unavailable", f"the store is unavailable: {e}")
             return error_response(e.status, e.code, e.message)
         except ClientDisconnect:
             return Response(status_code=400)

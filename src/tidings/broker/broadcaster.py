@@ -16,7 +16,7 @@ import msgspec
 from ..core import ingest, values
 from ..core.ingest import ERR_RESERVED_HEADER
 from ..core.wire import Event, GenericError, ItemResult, err, ok
-from ..errors import BadRequest, StoreError
+from ..errors import BadRequest, StoreError, StoreUnavailable, Unavailable
 from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
 from .forwarding import Forwarding
 from .orchestrator import Orchestrator
@@ -117,6 +117,7 @@ class Broadcaster:
         decoded: Sequence[Any] | None = None,
         *,
         relayed: bool = False,
+        relay_token: str | None = None,
     ) -> list[ItemResult | None]:
         """The stateful half of a publish of ``n`` events, given what ``ingest.prepare``
         made of them (here or in a front process): rights, schemas, back-pressure, the
@@ -125,12 +126,14 @@ class Broadcaster:
 
         Events of publications another broadcaster owns are sent there (``Forwarding``),
         unless they were ``relayed`` here already: a relay is stored where it lands, even
-        if the owner changed meanwhile, so an event never travels in a loop."""
+        if the owner changed meanwhile, so an event never travels in a loop; with its
+        ``relay_token``, so that the broadcaster that sent it can tell afterwards whether
+        it was stored (``Forwarding``)."""
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
         fw = self._forwarding
         if fw is None or relayed:
-            return await self._commit_here(caller, n, rows, refused, now, warnings, decoded)
+            return await self._commit_here(caller, n, rows, refused, now, warnings, decoded, relay_token)
         here, away = fw.split(rows)
         if not away:
             return await self._commit_here(caller, n, rows, refused, now, warnings, decoded)
@@ -161,6 +164,7 @@ class Broadcaster:
         now: int,
         warnings: list[str] | None,
         decoded: Sequence[Any] | None,
+        relay_token: str | None = None,
     ) -> list[ItemResult | None]:
         namespaces = {r.namespace for r in rows}
         namespaces.update(ns for ns, _ in refused.values())
@@ -212,7 +216,14 @@ class Broadcaster:
         stats.append(Stat("broadcaster", self._id, "icrc72:broadcaster:stats:events", len(accepted)))
         self._pending += len(accepted)
         try:
-            stored = await self._store.append([ne for _, ne in accepted], stats)
+            new = [ne for _, ne in accepted]
+            if relay_token is not None and self._forwarding is not None:
+                stored = await self._forwarding.store_relayed(new, stats, relay_token)
+            else:
+                stored = await self._store.append(new, stats)
+        except StoreUnavailable as x:
+            # Retryable as a whole: the publisher tries again shortly (503, Retry-After).
+            raise Unavailable(f"the events were not stored, the store is unavailable: {x}") from None
         except StoreError as x:
             for i, _ in accepted:
                 results[i] = err("GenericBatchError", f"the events were not stored: {x}")

@@ -11,8 +11,13 @@ subscription's lease, which it renews at every heartbeat for ``lease_s``. So:
 * when one dies, its leases lapse after ``lease_s`` and the others take its share: what
   it had recorded as pending is sent again by the new owner (duplicates only as
   ``(namespace, eventId)`` repeats), in event order, from the stored cursor;
-* a broadcaster that cannot renew (its store is unreachable) stops delivering before its
-  leases can lapse, so two never push one subscription at once.
+* a broadcaster that cannot renew (its store is unreachable or slow, or it was itself
+  stopped) stops pushing before its leases can lapse, by its own monotonic clock counted
+  from when it asked for them (``Membership.valid_until``; the watchdog below stops its
+  workers then, and a worker pushes nothing while the lease is not surely held); and
+  what it writes for that work carries the lease's epoch, which the store checks, so a
+  write it makes as it resumes from a pause is refused once another holds the lease.
+  Two never push one subscription at once.
 
 Changes made through another broadcaster reach this one as store signals (events
 appended: read the log after the tail; registry changed: reload it) and, in case a
@@ -74,7 +79,10 @@ class Cluster:
         self.heartbeat_s = heartbeat_s
         self.lease_s = lease_s
         self._monotonic = monotonic
-        self._valid_until = 0.0
+        self.margin_s = max(0.1 * lease_s, 0.2)
+        """Taken off each lease's term on this process's clock: room for the store's clock
+        running faster than this one, and for the claim's reply in flight."""
+        self._renewed = asyncio.Event()
         self._catch_up = asyncio.Event()
         self._reload = asyncio.Event()
         self._adopt = membership.reassess
@@ -169,12 +177,18 @@ class Cluster:
                 tg.create_task(self._follow_log(), name="tidings-cluster-log")
                 tg.create_task(self._follow_registry(), name="tidings-cluster-registry")
                 tg.create_task(self._control.run(), name="tidings-cluster-commands")
+                tg.create_task(self._watch(), name="tidings-cluster-watchdog")
                 while True:
                     if self._lost:
                         self._lost = False
                         await self._listen()
                     try:
-                        await self.beat()
+                        # A beat that hangs (the store cut off) is given up on; the
+                        # watchdog has stopped the workers by the time it is.
+                        async with asyncio.timeout(self.lease_s):
+                            await self.beat()
+                    except TimeoutError:
+                        log.warning("heartbeat took longer than the lease term (%.1f s); trying again", self.lease_s)
                     except Exception:  # a broadcaster keeps taking part whatever one beat met
                         log.exception("heartbeat failed")
                     self._catch_up.set()  # in case a signal was lost
@@ -190,10 +204,28 @@ class Cluster:
                 await self._record()
                 await asyncio.shield(self._store.leave(self.membership.me))
 
+    async def _watch(self) -> None:
+        """Stop every worker once the leases may have lapsed, whatever the heartbeat is
+        doing: it may hang on a store that is cut off. The next beat that gets its claim
+        through takes back what is still this broadcaster's."""
+        m = self.membership
+        while True:
+            left = m.valid_until - self._monotonic()
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._renewed.wait(), left)
+                self._renewed.clear()
+                continue
+            if m.held:
+                log.warning("the leases of %d subscription(s) were not renewed in time; stopping their delivery",
+                            len(m.held))
+                await self._let_go(set(m.held), release=False)
+            await self._renewed.wait()
+            self._renewed.clear()
+
     async def beat(self) -> None:
         """One heartbeat: who is alive, which subscriptions are ours, take and give leases."""
         m = self.membership
-        started = self._monotonic()
         try:
             if not self._opened:
                 await self._control.open()
@@ -202,22 +234,26 @@ class Cluster:
                 n for n in await self._store.heartbeat(m.me, m.url, forget_after_s=3 * self.lease_s)
                 if n.seen_ms_ago <= self.lease_s * 1000 or n.id == m.me
             ]
+            m.nodes_read_at = self._monotonic()
             live = [n.id for n in m.nodes]
             mine = {i for i in self._sync.subscription_ids() if owner(subscription_key(i), live) == m.me}
             # First give back what is no longer ours (stopped before released), then renew
             # and take: a broadcaster never holds a lease it does not deliver under.
             await self._let_go(m.held - mine)
+            asked = self._monotonic()  # the store times the leases from later than this
             claimed = await self._store.claim_leases(m.me, [subscription_key(i) for i in sorted(mine)], self.lease_s)
         except StoreError as e:
             log.warning("heartbeat failed: %s", e)
-            if self._monotonic() > self._valid_until - self.heartbeat_s:
-                await self._let_go(set(m.held), release=False)  # our leases may lapse: stop first
             return
-        self._valid_until = started + self.lease_s
-        held = {int(k.partition(":")[2]) for k in claimed}
-        await self._let_go(m.held - held, release=False)  # taken by another meanwhile
+        held = {int(k.partition(":")[2]): epoch for k, epoch in claimed.items()}
+        # Taken by another meanwhile, or lost and taken again under a new epoch: the
+        # worker of the old epoch stops (its writes would be refused).
+        await self._let_go({i for i in m.held if held.get(i) != m.epochs.get(i)}, release=False)
+        m.valid_until = asked + self.lease_s - self.margin_s
+        m.epochs.update(held)
+        self._renewed.set()
         try:
-            for sub_id in sorted(held - m.held):
+            for sub_id in sorted(held.keys() - m.held):
                 await self._take(sub_id)
             await self._replays.adopt(m.held)
         except StoreError as e:  # what was not taken yet is taken at the next heartbeat
@@ -235,6 +271,7 @@ class Cluster:
     async def _take(self, sub_id: int) -> None:
         sub = await self._sync.fresh(sub_id)  # its cursor as the last owner left it
         if sub is None:
+            self.membership.epochs.pop(sub_id, None)
             await self._store.release_leases(self.membership.me, [subscription_key(sub_id)])
             return
         self.membership.held.add(sub_id)
@@ -248,6 +285,8 @@ class Cluster:
             return
         m = self.membership
         m.held -= sub_ids
+        for i in sub_ids:
+            m.epochs.pop(i, None)
         # A subscription deleted meanwhile is recorded by its id alone.
         self._removed += [
             self._sync.known(i) or SubscriptionRecord(id=i, subscriber="", namespace="", endpoint=None)

@@ -31,7 +31,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -44,6 +44,7 @@ from ..outbound import Outbound
 from ..settings import Settings
 from ..store import (
     DeadLetter,
+    Fence,
     PendingNotification,
     PrincipalRecord,
     Stat,
@@ -61,7 +62,7 @@ from .routing import RoutedTo, Router
 from .tail import Tail
 from .worker import Gone, Note, Pushed, Worker
 
-__all__ = ["Delivery", "Transport"]
+__all__ = ["Delivery", "Leases", "Transport"]
 
 log = logging.getLogger("tidings.delivery")
 
@@ -70,6 +71,20 @@ Transport = Callable[
     Awaitable[tuple[Outcome, object, str, float | None]],
 ]
 """One push to a non-HTTP endpoint: outcome, decoded answer, reason for logs, Retry-After."""
+
+
+class Leases(Protocol):
+    """What delivery needs of the leases when other broadcasters share the store
+    (``Membership``): whether it may push a subscription now, and the fence its writes
+    carry."""
+
+    def may_act(self, sub_id: int) -> bool: ...
+
+    async def until_may_act(self, sub_id: int) -> None: ...
+
+    def fence(self, sub_id: int) -> Fence | None: ...
+
+    def lost(self, sub_id: int) -> None: ...
 
 
 _decode_answer = msgspec.json.Decoder().decode
@@ -93,10 +108,13 @@ class Delivery:
         outbound: Outbound,
         signer: Callable[[int, str, bytes], dict[str, str]] | None = None,
         owns: Callable[[int], bool] | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self.store = store
         self._owns = owns
         """Whether this process delivers a subscription (``Membership.owns``); all if None."""
+        self._leases = leases
+        """With other broadcasters: nothing is pushed unless the lease is surely held."""
         self.tail = tail
         self.settings = settings
         self.registry = registry
@@ -392,7 +410,7 @@ class Delivery:
                 Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:subscriptionsEnded"),
                 Stat("subscriber", sub.subscriber, "tidings:subscriber:stats:notifications:ended", len(pending)),
             ]
-            moved = await self.store.dead_letter(letters, stats)
+            moved = await self.store.dead_letter(letters, stats, fence=self.fence_of(sub_id))
             self.metrics.notifications_dead_lettered += len(moved)
         if self._on_gone is not None:
             await self._on_gone(sub_id, f"{gone.code}: {gone}")
@@ -406,6 +424,18 @@ class Delivery:
     def worker(self, sub_id: int) -> Worker | None:
         return self._workers.get(sub_id)
 
+    def lease_lost(self, sub_id: int) -> None:
+        """A write for ``sub_id`` was refused by its fence: the lease is another's."""
+        if self._leases is not None:
+            self._leases.lost(sub_id)
+
+    def fence_of(self, sub_id: int) -> Fence | None:
+        """The lease this process delivers ``sub_id`` under, for its writes to carry."""
+        w = self._workers.get(sub_id)
+        if w is not None:
+            return w.fence
+        return self._leases.fence(sub_id) if self._leases is not None else None
+
     def notifications(self, batch: Sequence[Note], conf: SubscriptionConfig) -> bytes:
         """The JSON array of EventNotifications a push carries, stamped as sent now."""
         return self._bodies.encode(batch, conf.filter, self.now_ns(), self.tail.floor)
@@ -416,6 +446,11 @@ class Delivery:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
         if sub.endpoint is None:
             return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
+        if self._leases is not None and not self._leases.may_act(sub.id):
+            # The lease may have lapsed (this process was stopped, or cut off from the
+            # store): push nothing until it is renewed; if it went to another broadcaster,
+            # this worker is stopped while it waits (docs/scaling.md, "Failure model").
+            await self._leases.until_may_act(sub.id)
         scheme, colon, _ = sub.endpoint.partition(":")
         transport = self.transports.get(scheme) if colon else None
         if transport is not None:  # another protocol's face (xmpp: docs/xmpp.md)

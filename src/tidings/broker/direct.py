@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..store import Store, StoredEvent, SubscriptionRecord
+from ..store import Fence, Store, StoredEvent, SubscriptionRecord
 from .accounting import counted, event_stats
 from .redelivery import Note, Pushed, taken_whole
 
@@ -67,6 +67,7 @@ class DirectPush:
 
     d: Delivery
     sub: SubscriptionRecord
+    fence: Fence | None
     acked: int
     done_upto: int
     recording = 0
@@ -80,8 +81,15 @@ class DirectPush:
     async def push_once(self, batch: list[Note]) -> Pushed | None:
         raise NotImplementedError
 
-    def _background(self, job: Coroutine[Any, Any, None]) -> None:
+    def _background(self, job: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         raise NotImplementedError
+
+    def _unrecorded(self, what: str, n: int, e: Exception) -> None:
+        raise NotImplementedError
+
+    _last_record: asyncio.Task[bool] | None = None
+    """The latest confirmed batch's record being written: the next waits for it, so that
+    no record moves the cursor past one that failed."""
 
     def direct(self) -> bool:
         """Whether this subscription's live batches are pushed before being recorded."""
@@ -100,11 +108,11 @@ class DirectPush:
             self.done_upto = max(self.done_upto, cursor)
             # Written beside the next push; the writer keeps the order of what is queued.
             self.recording += 1
-            self._background(self._record_confirmed(batch, cursor))
+            self._last_record = self._background(self._record_confirmed(batch, cursor, self._last_record))
             return True
         ids = await d.store.open_notifications(
             self.sub.id, events, cursor, event_stats(self.sub, events, "recorded", prefix="tidings"),
-            ids=[n.id for n in batch],
+            ids=[n.id for n in batch], fence=self.fence,
         )
         if not ids:
             return False
@@ -112,7 +120,9 @@ class DirectPush:
         await self.deliver(batch, pushed)
         return True
 
-    async def _record_confirmed(self, batch: list[Note], cursor: int) -> None:
+    async def _record_confirmed(self, batch: list[Note], cursor: int, before: asyncio.Task[bool] | None) -> bool:
+        """Record a batch the endpoint took whole, once the record before it is written;
+        whether it was."""
         sub, d = self.sub, self.d
         per_ns = Counter(n.event.namespace for n in batch)
         stats = [
@@ -121,16 +131,21 @@ class DirectPush:
             *counted(sub, per_ns, "notifications"),
         ]
         try:
+            if before is not None:
+                await asyncio.wait([before])
+                if before.cancelled() or before.exception() is not None or not before.result():
+                    return False  # the one before failed: this cursor would step over it
             await d.store.record_confirmed(
                 sub.id, sub.subscriber, [(n.id, n.event) for n in batch], cursor, stats,
-                created_at=batch[0].created_at, now=d.now_ns(),
+                created_at=batch[0].created_at, now=d.now_ns(), fence=self.fence,
             )
-        except Exception:  # the cursor stays behind: pushed again after a restart; never fail the task group
-            log.exception("subscription %s: recording %d confirmed notification(s) failed", sub.id, len(batch))
-            return
+        except Exception as e:  # the cursor stays behind: pushed again from it; never fail the task group
+            self._unrecorded("recording confirmed", len(batch), e)
+            return False
         else:
             self.acked = max(self.acked, cursor)
             d.metrics.confirmed(d.now_ns(), [n.event.timestamp for n in batch])
+            return True
         finally:
             self.recording -= 1
             self.wakeup.set()  # an idle worker moves ``acked`` over what it filtered out since

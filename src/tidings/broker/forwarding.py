@@ -12,10 +12,15 @@ share through the store (``ClusterStore.peer_secret``), and its signature carrie
 time, so a captured request is refused after ``MAX_SKEW_MS``.
 
 When the owner cannot be reached at all (nothing was sent) the events are stored where
-they arrived: the log is shared, so that is correct, only slower. When the owner was
-reached but gave no answer, whether it stored them is unknown: those events get an
-error, so that a publisher retries knowingly rather than the broadcaster storing them a
-second time under new ids.
+they arrived: the log is shared, so that is correct, only slower. An owner whose
+heartbeat is late (stopped, or cut off) is not sent to at all. Each relay carries a
+random token that the owner stores in the same statement as the events
+(``RelayLog``). When the owner was reached but gave no usable answer in time (it was
+stopped mid-request, it is slow, it answered 5xx), the sender withdraws the token: if
+the owner had not stored the events, it never will (its append would reuse the token
+and is refused), and they are stored here; if it had, the sender reads back what it
+stored and answers with those ids. Either way each event is stored once, and a
+publisher waits at most about ``timeout_s`` longer than usual.
 """
 
 from __future__ import annotations
@@ -23,20 +28,32 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import secrets
 import time
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Iterable, Sequence
+from typing import Final, Protocol
 
 import aiohttp
 import msgspec
 
 from ..core.ingest import Prepared, PublishBatch
-from ..core.wire import ItemResult, err
+from ..core.wire import ItemResult, err, ok
+from ..errors import StoreError
 from ..outbound import read_bounded
-from ..store import PrincipalRecord
+from ..store import NewEvent, PrincipalRecord, Stat, StoredEvent
 from .membership import Membership
 
-__all__ = ["RELAY_HEADER", "Forwarding", "RelayBatch", "Relayed"]
+__all__ = ["RELAY_HEADER", "Forwarding", "RelayBatch", "RelayLog", "Relayed"]
+
+
+class RelayLog(Protocol):
+    """The log's relay tokens (``PostgresStore``)."""
+
+    async def append_relayed(
+        self, events: Sequence[NewEvent], stats: Iterable[Stat], token: str | None
+    ) -> list[StoredEvent]: ...
+
+    async def withdraw_relay(self, token: str) -> list[StoredEvent] | None: ...
 
 log = logging.getLogger("tidings.broker")
 
@@ -54,6 +71,8 @@ class RelayBatch(msgspec.Struct, array_like=True, frozen=True):
     batch: PublishBatch
     admin: bool = False
     """Whether the publisher is an admin: the owner applies the same rights and limits."""
+    token: str = ""
+    """Stored with the events, so the sender can tell whether they were (``RelayLog``)."""
 
 
 class Relayed(msgspec.Struct, frozen=True):
@@ -86,9 +105,14 @@ def verify(secret: bytes, header: str | None, body: bytes, now_ms: int) -> bool:
 class Forwarding:
     """Sends events to the owners of their publications; built once per broker."""
 
-    def __init__(self, membership: Membership, *, timeout_s: float) -> None:
+    def __init__(
+        self, membership: Membership, log: RelayLog, *, timeout_s: float, stale_after_s: float = 2.5
+    ) -> None:
         self._m = membership
+        self._log = log
         self._timeout_s = timeout_s
+        self._stale_after_s = stale_after_s
+        """An owner whose heartbeat is older than this is not sent to."""
         self.secret = b""
         self._session: aiohttp.ClientSession | None = None
 
@@ -110,7 +134,7 @@ class Forwarding:
         if self._session is None:
             return list(rows), {}
         m = self._m
-        urls = {n.id: n.url for n in m.nodes}
+        urls = {n.id: n.url for n in m.nodes if m.seen_within(n, self._stale_after_s)}
         here: list[Prepared] = []
         away: dict[str, list[Prepared]] = {}
         owners: dict[str, str] = {}
@@ -133,7 +157,8 @@ class Forwarding:
         session = self._session
         if session is None:
             return None
-        body = _encode(RelayBatch(source.name, PublishBatch(n, now, rows, []), source.admin))
+        token = secrets.token_hex(16)
+        body = _encode(RelayBatch(source.name, PublishBatch(n, now, rows, []), source.admin, token))
         headers = {RELAY_HEADER: sign(self.secret, body, time.time_ns() // 1_000_000),
                    "content-type": "application/msgpack"}
         try:
@@ -153,12 +178,47 @@ class Forwarding:
             return None
         except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as e:
             why = f"gave no usable answer ({type(e).__name__})"
-        log.warning("forwarding %d events to %s failed: it %s", len(rows), url, why)
-        failed: list[ItemResult | None] = [None] * n
-        for row in rows:
-            failed[row.index] = err(
+        try:
+            stored = await self._log.withdraw_relay(token)
+        except StoreError as e:
+            log.warning("forwarding %d events to %s failed: it %s, and the store cannot say whether it stored "
+                        "them: %s", len(rows), url, why, e)
+            failed: list[ItemResult | None] = [None] * n
+            for row in rows:
+                failed[row.index] = err(
+                    "GenericBatchError",
+                    f"forwarded to the publication's broadcaster ({url}), which {why}: the event may or "
+                    "may not be stored; look it up before publishing it again",
+                )
+            return Relayed(failed)
+        if stored is None:
+            log.info("broadcaster at %s %s; storing its %d events here", url, why, len(rows))
+            return None
+        log.info("broadcaster at %s %s, but had stored the %d events", url, why, len(stored))
+        return Relayed(_matched(n, rows, stored))
+
+    async def store_relayed(
+        self, events: Sequence[NewEvent], stats: Iterable[Stat], token: str
+    ) -> list[StoredEvent]:
+        """Append a relay received from another broadcaster, under its token."""
+        return await self._log.append_relayed(events, stats, token)
+
+
+def _matched(n: int, rows: Sequence[Prepared], stored: Sequence[StoredEvent]) -> list[ItemResult | None]:
+    """The answer for ``rows`` once the owner is known to have stored ``stored`` of them:
+    the owner kept their order and dropped those it refused (rights, schema), so each
+    stored event is the next row with the same namespace, data and headers."""
+    out: list[ItemResult | None] = [None] * n
+    k = 0
+    for row in rows:
+        e = stored[k] if k < len(stored) else None
+        if e is not None and (e.namespace, e.data, e.headers) == (row.namespace, row.data, row.headers):
+            out[row.index] = ok([e.id])
+            k += 1
+        else:
+            out[row.index] = err(
                 "GenericBatchError",
-                f"forwarded to the publication's broadcaster ({url}), which {why}: the event may or "
-                "may not be stored; look it up before publishing it again",
+                "the publication's broadcaster did not store this event (it refused it, and its answer was "
+                "lost); publish it again to learn why",
             )
-        return Relayed(failed)
+    return out

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..core.config import SubscriptionConfig
 from ..core.retry import Backoff, Outcome
-from ..store import DeadLetter, PendingNotification, StoredEvent, SubscriptionRecord
+from ..store import DeadLetter, Fence, PendingNotification, StoredEvent, SubscriptionRecord
 from .accounting import event_stats
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class Redelivery:
 
     d: Delivery
     sub: SubscriptionRecord
+    fence: Fence | None
     parked: bool
     unconfirmed: dict[int, tuple[Note, float]]
     redriven: list[PendingNotification]
@@ -194,7 +195,8 @@ class Redelivery:
         each (one given up on instead is counted as dead-lettered, not retried)."""
         if notes:
             await self.d.store.count_attempt(
-                [n.id for n in notes], event_stats(self.sub, [n.event for n in notes], "retries", prefix="tidings")
+                [n.id for n in notes], event_stats(self.sub, [n.event for n in notes], "retries", prefix="tidings"),
+                fence=self.fence,
             )
 
     async def _dead_letter(self, notes: list[Note], reason: str, detail: str) -> None:
@@ -207,6 +209,6 @@ class Redelivery:
             for n in notes
         ]
         stats = event_stats(sub, [n.event for n in notes], "deadLetters", prefix="tidings")
-        moved = await self.d.store.dead_letter(letters, stats)
+        moved = await self.d.store.dead_letter(letters, stats, fence=self.fence)
         self.d.metrics.notifications_dead_lettered += len(moved)
         log.warning("subscription %s: %d notification(s) dead-lettered (%s): %s", sub.id, len(moved), reason, detail)

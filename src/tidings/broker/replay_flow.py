@@ -160,7 +160,9 @@ class InFlight:
     ) -> list[int] | None:
         rec = self._rec
         stats = replayed(sub, len(copies))
-        ids = await self._store.record_replay_batch(rec.id, sub.id, copies, position, stats, now=now, ids=kept)
+        ids = await self._store.record_replay_batch(
+            rec.id, sub.id, copies, position, stats, now=now, ids=kept, fence=self._delivery.fence_of(sub.id)
+        )
         if ids is not None:
             rec.position, rec.sent = position, rec.sent + len(ids)
         return ids
@@ -202,7 +204,8 @@ class InFlight:
             per_ns = {rec.namespace: n}
             stats += [*counted(sub, per_ns, "confirmations"), *counted(sub, per_ns, "notifications")]
         if not await self._store.record_replay_confirmed(
-            rec.id, sub.id, pairs, position, stats, created_at=now, now=self._delivery.now_ns()
+            rec.id, sub.id, pairs, position, stats, created_at=now, now=self._delivery.now_ns(),
+            fence=self._delivery.fence_of(sub.id),
         ):
             return False
         rec.position, rec.sent = position, rec.sent + n

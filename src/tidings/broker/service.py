@@ -76,6 +76,7 @@ class Broker:
         self.delivery = Delivery(
             store, self.tail, settings, self.registry, on_gone=self._subscription_gone, metrics=self.metrics,
             outbound=self.outbound, signer=self.signing.sign, owns=owns,
+            leases=self.membership if shared else None,
         )
         # With others, each change made here is also sent to them as a command on the log.
         control = ControlLog(store, self.registry, self.membership, on_appended=self._logged) if shared else None
@@ -92,7 +93,10 @@ class Broker:
         )
         self.dead_letters = DeadLetters(store, self.orchestrator, self.delivery)
         # Alone, a broadcaster owns every publication and has nobody to forward to.
-        self.forwarding = Forwarding(self.membership, timeout_s=settings.forward_timeout_s) if shared else None
+        self.forwarding = Forwarding(
+            self.membership, store, timeout_s=settings.forward_timeout_s,  # type: ignore[arg-type]
+            stale_after_s=2 * settings.heartbeat_s + 0.5,
+        ) if shared else None
         self.broadcaster = Broadcaster(
             store,
             self.orchestrator,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.namespaces import is_pattern
 from ..core.retry import Outcome
+from ..errors import LeaseLost, StoreError
 from ..store import PendingNotification, StoredEvent, SubscriptionRecord
 from .accounting import event_stats, per_notification_stats
 from .direct import DirectPush
@@ -55,6 +56,10 @@ class Worker(Redelivery, DirectPush):
     def __init__(self, d: Delivery, sub: SubscriptionRecord) -> None:
         self.d = d
         self.sub = sub
+        self.fence = d.fence_of(sub.id)
+        """The lease this worker delivers under, taken when it starts: every write it makes
+        carries it, and a store shared with other broadcasters refuses them once the lease
+        has passed to another (``LeaseLost``: the worker ends)."""
         self.scan = sub.cursor
         """Seq of the last event considered; ahead of the stored cursor while events are
         being filtered out, since only a batch that is sent moves the stored one."""
@@ -74,7 +79,7 @@ class Worker(Redelivery, DirectPush):
         # oneshot mode: notifications pushed and awaiting icrc72_confirm_notifications.
         self.unconfirmed: dict[int, tuple[Note, float]] = {}
         self.redriven: list[PendingNotification] = []
-        self.settling: set[asyncio.Task[None]] = set()
+        self.settling: set[asyncio.Task[Any]] = set()
         self.routed: list[tuple[int, StoredEvent]] = []
         """Notifications opened at append (``routing``), to push next."""
         self.taken: list[StoredEvent] = []
@@ -101,6 +106,9 @@ class Worker(Redelivery, DirectPush):
         self.dormant = False
         """Stopped, its task ended: a stopped subscription costs no task while it waits
         (``Delivery.subscription_changed`` starts one again)."""
+        self.write_failed: Exception | None = None
+        """A store write made behind the pushes (a settle, a confirmed batch's record)
+        that failed: the worker starts again from the store before anything else."""
 
     def confirmed(self, nid: int) -> None:
         if self.unconfirmed.pop(nid, None) is not None and self.saturated(1):
@@ -125,14 +133,18 @@ class Worker(Redelivery, DirectPush):
             try:
                 await self._run()
                 return
+            except LeaseLost as e:
+                # Another broadcaster holds the lease now: it sends again what is pending.
+                log.warning("subscription %s: %s; stopping here", self.sub.id, e)
+                self.d.lease_lost(self.sub.id)
+                return
             except Exception:  # CancelledError is not an Exception: shutdown still works
                 self.generation += 1  # routes planned before this no longer move ``scan``
                 failures += 1
                 delay = min(30.0, 0.25 * 2 ** min(failures, 7))
                 self.d.metrics.worker_restarts += 1
                 log.exception("subscription %s: delivery failed; restarting in %.2f s", self.sub.id, delay)
-                await self.d.sleep(delay)
-                stored = [r for r in await self.d.store.list_subscriptions(self.sub.namespace) if r.id == self.sub.id]
+                stored = await self._stored(delay)
                 if not stored:
                     return
                 # Back to what is stored: what was read but not opened is read again. (An
@@ -141,6 +153,18 @@ class Worker(Redelivery, DirectPush):
                 self.unconfirmed.clear()  # still pending in the store: sent again by _resend_stored
                 self.routed.clear()  # likewise
                 self.taken.clear()  # past the stored cursor: read again
+                self._last_record = None  # what it recorded, or failed to, is in the store now
+
+    async def _stored(self, delay: float) -> list[SubscriptionRecord]:
+        """The subscription as stored, read after ``delay`` and again, with back-off, for
+        as long as the store cannot be read."""
+        while True:
+            await self.d.sleep(delay)
+            try:
+                return [r for r in await self.d.store.list_subscriptions(self.sub.namespace) if r.id == self.sub.id]
+            except StoreError as e:
+                delay = min(30.0, delay * 2)
+                log.warning("subscription %s: reading it back failed (%s); again in %.2f s", self.sub.id, e, delay)
 
     async def _run(self) -> None:
         s = self.d.settings
@@ -159,6 +183,10 @@ class Worker(Redelivery, DirectPush):
                 # comes while this round awaits (a route, a redrive, new events) is kept,
                 # and the worker looks again instead of sleeping on work already queued.
                 self.wakeup.clear()
+                if self.write_failed is not None:
+                    failed, self.write_failed = self.write_failed, None
+                    await self.settled()
+                    raise failed
                 if not self.taken:
                     # Nothing in flight: everything considered is confirmed, pending or
                     # filtered out; and recorded, once no record is being written.
@@ -235,7 +263,8 @@ class Worker(Redelivery, DirectPush):
         self.opening = (cursor, self.generation)
         try:
             ids = await self.d.store.open_notifications(
-                self.sub.id, events, cursor, event_stats(self.sub, events, "recorded", prefix="tidings")
+                self.sub.id, events, cursor, event_stats(self.sub, events, "recorded", prefix="tidings"),
+                fence=self.fence,
             )
         finally:
             self.opening = None
@@ -285,7 +314,7 @@ class Worker(Redelivery, DirectPush):
         self.scan = max(self.scan, self._skip[1])
         self._skip = None
         self.started = False
-        await self.d.store.move_cursor(self.sub.id, self.scan)
+        await self.d.store.move_cursor(self.sub.id, self.scan, fence=self.fence)
 
     async def _next(self, limit: int, after: int | None = None) -> list[StoredEvent]:
         events = await self._read(limit, after)
@@ -398,21 +427,34 @@ class Worker(Redelivery, DirectPush):
         a settle lost to a crash leaves the notifications pending, to be sent again."""
         self._background(self._settle_now(done))
 
-    def _background(self, job: Coroutine[Any, Any, None]) -> None:
+    def _background(self, job: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
         """Run a store write beside the next push; ``settled`` waits for them."""
         tg = self.d.task_group
         if tg is None:  # shutting down: the notifications stay pending
             job.close()
-            return
+            return None
         task = tg.create_task(job)
         self.settling.add(task)
         task.add_done_callback(self.settling.discard)
+        return task
+
+    def _unrecorded(self, what: str, n: int, e: Exception) -> None:
+        """A write behind the pushes failed: nothing after it may be recorded past it.
+        The worker starts again from what the store holds (its cursor and pending
+        notifications), pushing again what the failed write would have recorded."""
+        if isinstance(e, LeaseLost):
+            log.warning("subscription %s: %s", self.sub.id, e)
+        else:
+            log.error("subscription %s: %s %d notification(s) failed: %s: %s; starting again from the store",
+                      self.sub.id, what, n, type(e).__name__, e)
+        self.write_failed = e
+        self.wakeup.set()
 
     async def _mark_sent(self, batch: list[Note]) -> None:
         """Count what a oneshot endpoint took as sent, once per notification."""
         try:
             stats = per_notification_stats(self.sub, batch, "notifications")
-            await self.d.store.mark_sent([n.id for n in batch], stats)
+            await self.d.store.mark_sent([n.id for n in batch], stats, fence=self.fence)
         except Exception:  # counted when it is confirmed instead; never fail the task group
             log.exception("subscription %s: counting %d notification(s) as sent failed", self.sub.id, len(batch))
 
@@ -420,10 +462,10 @@ class Worker(Redelivery, DirectPush):
         try:
             settled = set(await self.d.store.settle_notifications(
                 [n.id for n in done], per_notification_stats(self.sub, done, "confirmations"),
-                per_notification_stats(self.sub, done, "notifications"),
+                per_notification_stats(self.sub, done, "notifications"), fence=self.fence,
             ))
-        except Exception:  # they stay pending and are sent again; never fail the task group
-            log.exception("subscription %s: settling %d notification(s) failed", self.sub.id, len(done))
+        except Exception as e:  # they stay pending and are sent again; never fail the task group
+            self._unrecorded("settling", len(done), e)
             return
         # A replayed event's age is not a delivery latency (docs/replay.md).
         self.d.metrics.confirmed(self.d.now_ns(), [

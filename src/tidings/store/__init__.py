@@ -34,7 +34,7 @@ from ._base import (
     SubscriptionRecord,
     SubscriptionSecret,
 )
-from ._cluster import CHANGE_LOG, CHANGE_LOST, CHANGE_REGISTRY, BroadcasterRecord, ClusterStore, LeaseRecord
+from ._cluster import CHANGE_LOG, CHANGE_LOST, CHANGE_REGISTRY, BroadcasterRecord, ClusterStore, Fence, LeaseRecord
 from ._deliveries import DeliveryRecord
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord
 from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaVersion
@@ -55,6 +55,7 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryStore",
     "EventStore",
+    "Fence",
     "InsufficientCredit",
     "LeaseRecord",
     "MemoryStore",

@@ -23,6 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 
+from ._cluster import Fence
 from ._deliveries import DeliveryRecord
 from ._records import (
     AppendRouter,
@@ -131,7 +132,7 @@ class RegistryStore(ABC):
         """Replace config, endpoint and mode (not the cursor)."""
 
     @abstractmethod
-    async def move_cursor(self, subscription_id: int, cursor: int) -> None:
+    async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
         """Set a subscription's cursor (starting a stopped subscription skips ahead)."""
 
     @abstractmethod
@@ -214,6 +215,8 @@ class DeliveryStore(ABC):
         cursor: int,
         stats: Iterable[Stat] = (),
         ids: Sequence[int] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         """Record notifications for these events as pending, move the cursor, return their ids.
 
@@ -239,6 +242,7 @@ class DeliveryStore(ABC):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> None:
         """Record notifications that were never pending, pushed under ids from
         :meth:`take_notification_ids` and confirmed at that push, in one write: a
@@ -252,6 +256,8 @@ class DeliveryStore(ABC):
         ids: Sequence[int],
         stats: Mapping[int, Sequence[Stat]] | None = None,
         sent_stats: Mapping[int, Sequence[Stat]] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         """Remove pending notifications (confirmed); return the ids that were pending.
 
@@ -261,7 +267,9 @@ class DeliveryStore(ABC):
         confirmed notification was delivered, and is counted as sent exactly once."""
 
     @abstractmethod
-    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
+    async def mark_sent(
+        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None, *, fence: Fence | None = None
+    ) -> list[int]:
         """Mark pending notifications as delivered (the endpoint took them); return those
         newly marked, and apply only their ``stats``: each is counted as sent once."""
 
@@ -287,14 +295,18 @@ class DeliveryStore(ABC):
         """The highest notification id ever issued (0 when none)."""
 
     @abstractmethod
-    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
+    async def count_attempt(
+        self, ids: Sequence[int], stats: Iterable[Stat] = (), *, fence: Fence | None = None
+    ) -> None:
         """Increase the attempt count of pending notifications."""
 
     # -- dead letters -----------------------------------------------------------------
 
     @abstractmethod
     async def dead_letter(
-        self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()
+        self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = (),
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         """Move pending notifications to the dead letters; return the ids that were pending."""
 

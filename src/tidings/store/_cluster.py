@@ -7,11 +7,21 @@ store is the only broadcaster there is (docs/scaling.md).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import msgspec
 
-__all__ = ["CHANGE_LOG", "CHANGE_LOST", "CHANGE_REGISTRY", "BroadcasterRecord", "ClusterStore", "LeaseRecord"]
+from ._records import NewEvent, Stat, StoredEvent
+
+__all__ = [
+    "CHANGE_LOG",
+    "CHANGE_LOST",
+    "CHANGE_REGISTRY",
+    "BroadcasterRecord",
+    "ClusterStore",
+    "Fence",
+    "LeaseRecord",
+]
 
 CHANGE_LOG = "log"
 """Events were appended by another process."""
@@ -38,6 +48,18 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     owner: str
     expires_in_ms: int
     """Negative once lapsed."""
+    epoch: int = 0
+    """The fencing token: rises each time the lease passes to another owner."""
+
+
+class Fence(msgspec.Struct, frozen=True):
+    """The lease a write for leased work is made under. A store shared by several
+    processes refuses the write (``LeaseLost``) unless the lease still has this owner and
+    epoch; a store only one process uses has no leases and takes every write."""
+
+    key: str
+    owner: str
+    epoch: int
 
 
 class ClusterStore(ABC):
@@ -54,9 +76,11 @@ class ClusterStore(ABC):
         """``node`` stops: its row and its leases go, so others take over at once."""
 
     @abstractmethod
-    async def claim_leases(self, owner: str, keys: Sequence[str], ttl_s: float) -> list[str]:
-        """Take or renew, for ``ttl_s`` seconds, each key whose lease is free, lapsed or
-        already ``owner``'s; return the keys ``owner`` holds now."""
+    async def claim_leases(self, owner: str, keys: Sequence[str], ttl_s: float) -> dict[str, int]:
+        """Take or renew, for ``ttl_s`` seconds from when the store runs the claim, each
+        key whose lease is free, lapsed or already ``owner``'s; return the keys ``owner``
+        holds now, each with its epoch (the same on a renewal, a new and higher one when
+        the lease changes owner)."""
 
     @abstractmethod
     async def release_leases(self, owner: str, keys: Sequence[str]) -> None:
@@ -65,6 +89,18 @@ class ClusterStore(ABC):
     @abstractmethod
     async def leases(self, prefix: str = "") -> list[LeaseRecord]:
         """Every lease whose key starts with ``prefix``, lapsed ones included, by key."""
+
+    @abstractmethod
+    async def append_relayed(
+        self, events: Sequence[NewEvent], stats: Iterable[Stat], token: str | None
+    ) -> list[StoredEvent]:
+        """Append events another broadcaster forwarded, storing ``token`` with them in the
+        same commit; refused if the token is stored already (withdrawn, or used)."""
+
+    @abstractmethod
+    async def withdraw_relay(self, token: str) -> list[StoredEvent] | None:
+        """Make sure nobody stores a forwarded publish from now on: None if it was not
+        stored (and never will be), else the events it was stored as."""
 
     @abstractmethod
     async def peer_secret(self, candidate: bytes) -> bytes:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from ._base import DeliveryStore
+from ._cluster import Fence
 from ._deliveries import DeliveryRecord, Outcome
 from ._memory_state import MemoryState, aggregate, limited
 from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
@@ -23,6 +24,8 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
         cursor: int,
         stats: Iterable[Stat] = (),
         ids: Sequence[int] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         self._check()
         stats = list(stats)  # taken before the existence check, as SQLite does
@@ -59,6 +62,7 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> None:
         self._check()
         agg = aggregate(stats)
@@ -68,7 +72,9 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
             sub.cursor = max(sub.cursor, cursor)
         self._apply_stats(agg)
 
-    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
+    async def mark_sent(
+        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None, *, fence: Fence | None = None
+    ) -> list[int]:
         self._check()
         per_id = stats or {}
         marked = [i for i in dict.fromkeys(ids) if i in self._notes and i not in self._sent]
@@ -81,6 +87,8 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
         ids: Sequence[int],
         stats: Mapping[int, Sequence[Stat]] | None = None,
         sent_stats: Mapping[int, Sequence[Stat]] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         self._check()
         per_id = stats or {}
@@ -126,7 +134,9 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
         self._check()
         return self._last_note_id
 
-    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
+    async def count_attempt(
+        self, ids: Sequence[int], stats: Iterable[Stat] = (), *, fence: Fence | None = None
+    ) -> None:
         self._check()
         self._apply_stats(aggregate(stats))
         for i in ids:
@@ -135,7 +145,9 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
                 self._notes[i] = dataclasses.replace(n, attempts=n.attempts + 1)
 
 
-    async def dead_letter(self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()) -> list[int]:
+    async def dead_letter(
+        self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = (), *, fence: Fence | None = None
+    ) -> list[int]:
         self._check()
         agg = aggregate(stats)
         records = {

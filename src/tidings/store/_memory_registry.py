@@ -6,6 +6,7 @@ import copy
 import dataclasses
 
 from ._base import RegistryStore
+from ._cluster import Fence
 from ._memory_state import MemoryState, Sub, dec, enc, limited
 from ._records import PublicationRecord, SubscriptionRecord, SubscriptionSecret
 
@@ -80,7 +81,7 @@ class MemoryRegistryStore(MemoryState, RegistryStore):
             config = enc(record.config)
             sub.endpoint, sub.mode, sub.config = record.endpoint, record.mode, config
 
-    async def move_cursor(self, subscription_id: int, cursor: int) -> None:
+    async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
         self._check()
         sub = self._subs.get(subscription_id)
         if sub is not None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from ._cluster import Fence
 from ._memory_state import MemoryState
 from ._records import PendingNotification, Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore, with_pairs
@@ -75,6 +76,7 @@ class MemoryReplayStore(MemoryState, ReplayStore):
         *,
         now: int,
         ids: Sequence[int] | None = None,
+        fence: Fence | None = None,
     ) -> list[int] | None:
         self._check()
         stats = list(stats)
@@ -134,6 +136,7 @@ class MemoryReplayStore(MemoryState, ReplayStore):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> bool:
         self._check()
         stats = list(stats)

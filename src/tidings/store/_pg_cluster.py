@@ -29,24 +29,13 @@ CHANNEL = "tidings"
 class PgClusterStore(PgAccess, ClusterStore):
     _dsn: str
     _server_settings: dict[str, str] | None
+    _timeout_s: float = 10.0
 
     async def heartbeat(self, node: str, url: str, *, forget_after_s: float) -> list[BroadcasterRecord]:
-        async def job(c: asyncpg.Connection) -> list[Any]:
-            await c.execute(
-                "INSERT INTO broadcasters(id, url, started_at, seen_at) VALUES ($1, $2, now(), clock_timestamp()) "
-                "ON CONFLICT (id) DO UPDATE SET url = excluded.url, seen_at = excluded.seen_at",
-                node, url,
-            )
-            await c.execute(
-                "DELETE FROM broadcasters WHERE seen_at < clock_timestamp() - make_interval(secs => $1)",
-                forget_after_s,
-            )
-            return await c.fetch(
-                "SELECT id, url, (extract(epoch FROM started_at) * 1000)::bigint, "
-                "(extract(epoch FROM clock_timestamp() - seen_at) * 1000)::bigint FROM broadcasters ORDER BY id"
-            )
-
-        rows = await self._tx(job)
+        rows = await self._call(
+            "fetch", "SELECT o_id, o_url, o_started, o_seen_ago FROM tidings_heartbeat($1, $2, $3)",
+            node, url, forget_after_s,
+        )
         return [BroadcasterRecord(id=r[0], url=r[1], started_at=r[2], seen_ms_ago=max(0, r[3])) for r in rows]
 
     async def peer_secret(self, candidate: bytes) -> bytes:
@@ -59,38 +48,39 @@ class PgClusterStore(PgAccess, ClusterStore):
         return await self._tx(job)  # type: ignore[no-any-return]
 
     async def leave(self, node: str) -> None:
-        async def job(c: asyncpg.Connection) -> None:
-            await c.execute("DELETE FROM leases WHERE owner = $1", node)
-            await c.execute("DELETE FROM broadcasters WHERE id = $1", node)
+        await self._call("execute", "SELECT tidings_leave($1)", node)
 
-        await self._tx(job)
-
-    async def claim_leases(self, owner: str, keys: Sequence[str], ttl_s: float) -> list[str]:
+    async def claim_leases(self, owner: str, keys: Sequence[str], ttl_s: float) -> dict[str, int]:
         if not keys:
-            return []
-        rows = await self._tx(lambda c: c.fetch(
-            "INSERT INTO leases(key, owner, expires_at) "
-            "SELECT k, $2, clock_timestamp() + make_interval(secs => $3) FROM unnest($1::text[]) AS k ORDER BY k "
-            "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
+            return {}
+        # One statement: its row locks last only while the server runs it. A lease that
+        # changes owner takes a new epoch; a renewal keeps its own.
+        rows = await self._call(
+            "fetch",
+            "INSERT INTO leases(key, owner, expires_at, epoch) "
+            "SELECT k, $2, clock_timestamp() + make_interval(secs => $3), nextval('lease_epochs') "
+            "FROM unnest($1::text[]) AS k ORDER BY k "
+            "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
+            "epoch = CASE WHEN leases.owner = excluded.owner THEN leases.epoch ELSE excluded.epoch END "
             "WHERE leases.owner = excluded.owner OR leases.expires_at < clock_timestamp() "
-            "RETURNING key",
+            "RETURNING key, epoch",
             sorted(set(keys)), owner, ttl_s,
-        ))
-        return sorted(r[0] for r in rows)
+        )
+        return {r[0]: int(r[1]) for r in sorted(rows)}
 
     async def release_leases(self, owner: str, keys: Sequence[str]) -> None:
         if keys:
-            await self._tx(lambda c: c.execute(
-                "DELETE FROM leases WHERE owner = $1 AND key = ANY($2::text[])", owner, list(keys)
-            ))
+            await self._call(
+                "execute", "DELETE FROM leases WHERE owner = $1 AND key = ANY($2::text[])", owner, list(keys)
+            )
 
     async def leases(self, prefix: str = "") -> list[LeaseRecord]:
         rows = await self._fetch(
-            "SELECT key, owner, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint "
+            "SELECT key, owner, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, epoch "
             "FROM leases WHERE starts_with(key, $1) ORDER BY key",
             prefix,
         )
-        return [LeaseRecord(key=r[0], owner=r[1], expires_in_ms=r[2]) for r in rows]
+        return [LeaseRecord(key=r[0], owner=r[1], expires_in_ms=r[2], epoch=r[3]) for r in rows]
 
     async def listen(self, on_change: Callable[[str, str], None]) -> Callable[[], Awaitable[None]]:
         origin = self._origin
@@ -104,10 +94,10 @@ class PgClusterStore(PgAccess, ClusterStore):
 
         try:
             kwargs: dict[str, Any] = {"server_settings": self._server_settings} if self._server_settings else {}
-            conn = await asyncpg.connect(self._dsn, **kwargs)
+            conn = await asyncpg.connect(self._dsn, timeout=self._timeout_s, **kwargs)
             await conn.add_listener(CHANNEL, heard)
             conn.add_termination_listener(lambda _c: on_change(CHANGE_LOST, ""))
-        except (OSError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
             raise StoreError(f"cannot listen for changes: {e}") from e
 
         async def close() -> None:

@@ -1,9 +1,16 @@
 """What the PostgreSQL store's concern modules share: access to the pool, and row helpers.
 
-Every write is one transaction on a pooled connection. Transactions that lose a lock
-race to another (a deadlock, or a serialisation failure) are run again from the start,
-a few times, so callers never see those; any other database error reaches the caller
-as :class:`tidings.errors.StoreError` and leaves nothing behind.
+Every write another broadcaster may wait on is one statement, a call of a server-side
+function (``_pg_functions``), sent outside any client transaction (:meth:`PgAccess._call`):
+a process that stops between two of its round trips then holds no lock. The writes
+operators make (registry, schemas, principals) are client transactions
+(:meth:`PgAccess._tx`), bounded by the session's ``idle_in_transaction_session_timeout``.
+Either is run again from the start, a few times, when it loses a lock race (a deadlock,
+or a serialisation failure), so callers never see those. A database that cannot be
+reached (restarting, failing over, cut off, or a standby that takes no writes) is
+:class:`tidings.errors.StoreUnavailable`; a write refused by its fence is
+:class:`tidings.errors.LeaseLost`; any other database error is
+:class:`tidings.errors.StoreError` and leaves nothing behind.
 
 Counter rows (``stats``) are always upserted in one statement per transaction, sorted
 by key, so two transactions touching the same counters take their locks in the same
@@ -18,7 +25,9 @@ from typing import Any, TypeVar
 import asyncpg
 import msgspec
 
-from ..errors import StoreError
+from ..errors import LeaseLost, StoreError, StoreUnavailable
+from ._cluster import Fence
+from ._pg_functions import FENCED
 from ._records import Stat, StoredEvent, SubscriptionRecord
 
 __all__ = [
@@ -31,6 +40,8 @@ __all__ = [
     "dec",
     "enc",
     "event_row",
+    "fence_args",
+    "stat_arrays",
     "stat_rows",
     "sub_row",
 ]
@@ -47,6 +58,39 @@ DL_COLS = ", ".join(DL_FIELDS)
 
 _RETRIED = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 _ATTEMPTS = 8
+# SQLSTATE classes that say the database cannot serve now, rather than that it refused
+# this write: connection exceptions, insufficient resources, operator intervention
+# (shutdown, "the database system is starting up"), and a read-only transaction (a
+# standby, or a primary being failed over).
+_UNAVAILABLE_CLASSES = ("08", "53", "57")
+_UNAVAILABLE_STATES = ("25006",)
+
+
+def unavailable(e: BaseException) -> bool:
+    """Whether ``e`` says the database cannot be reached or cannot take writes now."""
+    if isinstance(e, (OSError, TimeoutError, asyncpg.exceptions.InterfaceError)):
+        return True
+    state = getattr(e, "sqlstate", None) or ""
+    return state[:2] in _UNAVAILABLE_CLASSES or state in _UNAVAILABLE_STATES
+
+
+def store_error(e: BaseException, doing: str) -> StoreError:
+    """The store error ``e`` becomes, its message naming what was being done."""
+    if getattr(e, "sqlstate", None) == FENCED:
+        return LeaseLost(str(e))
+    if unavailable(e):
+        return StoreUnavailable(f"PostgreSQL is unavailable ({doing}): {type(e).__name__}: {e}")
+    return StoreError(f"PostgreSQL refused {doing}: {e}")
+
+
+def fence_args(fence: Fence | None) -> tuple[str | None, str | None, int | None]:
+    """The three leading arguments of every fenced function: no fence, no check."""
+    return (None, None, None) if fence is None else (fence.key, fence.owner, fence.epoch)
+
+
+def stat_arrays(rows: Sequence[tuple[str, str, str, int]]) -> tuple[list[str], list[str], list[str], list[int]]:
+    """Counter rows (:func:`stat_rows`) as the four arrays the functions take."""
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]
 
 
 def event_row(r: Any) -> StoredEvent:
@@ -103,7 +147,8 @@ class PgAccess:
         return self._pool
 
     async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        """Run ``fn`` in one transaction, again from the start if it lost a lock race."""
+        """Run ``fn`` in one client transaction, again from the start if it lost a lock
+        race. Its locks last across its round trips: for operators' changes only."""
         pool = self._the_pool()
         for attempt in range(_ATTEMPTS):
             try:
@@ -112,10 +157,24 @@ class PgAccess:
             except _RETRIED:
                 if attempt == _ATTEMPTS - 1:
                     raise StoreError("the transaction kept losing lock races; try again") from None
-            except asyncpg.PostgresError as e:
-                raise StoreError(f"PostgreSQL refused a write: {e}") from e
-            except (OSError, asyncpg.exceptions.InterfaceError) as e:
-                raise StoreError(f"PostgreSQL is unreachable: {e}") from e
+            except (asyncpg.PostgresError, OSError, TimeoutError, asyncpg.exceptions.InterfaceError) as e:
+                raise store_error(e, "a write") from e
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _call(self, how: str, sql: str, *args: Any) -> Any:
+        """Run one statement outside any client transaction (``how``: ``fetch``,
+        ``fetchval``, ``fetchrow`` or ``execute``), again if it lost a lock race: the
+        server runs it to its commit without waiting on this process."""
+        pool = self._the_pool()
+        for attempt in range(_ATTEMPTS):
+            try:
+                async with pool.acquire() as c:
+                    return await getattr(c, how)(sql, *args)
+            except _RETRIED:
+                if attempt == _ATTEMPTS - 1:
+                    raise StoreError("the statement kept losing lock races; try again") from None
+            except (asyncpg.PostgresError, OSError, TimeoutError, asyncpg.exceptions.InterfaceError) as e:
+                raise store_error(e, "a write") from e
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
@@ -125,10 +184,8 @@ class PgAccess:
         try:
             async with pool.acquire() as c:
                 return await fn(c)
-        except asyncpg.PostgresError as e:
-            raise StoreError(f"PostgreSQL refused a read: {e}") from e
-        except (OSError, asyncpg.exceptions.InterfaceError) as e:
-            raise StoreError(f"PostgreSQL is unreachable: {e}") from e
+        except (asyncpg.PostgresError, OSError, TimeoutError, asyncpg.exceptions.InterfaceError) as e:
+            raise store_error(e, "a read") from e
 
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:
         return await self._read(lambda c: c.fetch(sql, *args))

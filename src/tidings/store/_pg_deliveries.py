@@ -1,7 +1,9 @@
 """Notifications, dead letters and delivery records in the PostgreSQL store.
 
-The delivery record (``tidings.store._deliveries``) is appended by the statements below
-in the same transaction as the change it records, before the row it copies is deleted.
+The delivery record (``tidings.store._deliveries``) is appended in the same statement as
+the change it records, before the row it copies is deleted. The writes a subscription's
+worker makes are calls of the functions in ``_pg_functions``, each taking the worker's
+lease (``Fence``) so that a broadcaster that lost the lease writes nothing.
 """
 
 from __future__ import annotations
@@ -13,39 +15,23 @@ from typing import Final
 import asyncpg
 
 from ._base import DeliveryStore
+from ._cluster import Fence
 from ._deliveries import DeliveryRecord
-from ._pg_db import DL_COLS, DL_FIELDS, PgAccess, apply_stats, stat_rows
+from ._pg_db import DL_COLS, DL_FIELDS, PgAccess, apply_stats, fence_args, stat_arrays, stat_rows
 from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
 
-__all__ = ["DELIVERY_INSERT", "PgDeliveryStore", "insert_confirmed", "insert_notifications", "take_ids"]
+__all__ = ["PgDeliveryStore", "confirmed_arrays"]
 
 _COLUMNS: Final = (
     "serial, notification_id, subscription_id, subscriber, namespace, seq, event_id, source, event_timestamp, "
     "created_at, settled_at, attempts, outcome, replay"
 )
 _INSERT: Final = f"INSERT INTO deliveries({_COLUMNS.removeprefix('serial, ')})"
-DELIVERY_INSERT: Final = _INSERT
-_EVENT: Final = "LEFT JOIN events e ON e.seq = {t}.seq LEFT JOIN replay_notes r ON r.id = {t}.id"
-_SETTLED: Final = (
-    f"{_INSERT} SELECT n.id, n.subscription_id, COALESCE(s.subscriber, ''), n.namespace, n.seq, "
-    "COALESCE(e.id, r.event_id, 0), COALESCE(e.source, r.source), COALESCE(e.timestamp, r.timestamp), "
-    "n.created_at, $2, n.attempts + 1, 'confirmed', r.id IS NOT NULL "
-    "FROM notifications n LEFT JOIN subscriptions s ON s.id = n.subscription_id "
-    f"{_EVENT.format(t='n')} WHERE n.id = ANY($1::bigint[]) ORDER BY array_position($1::bigint[], n.id)"
-)
-_DEAD: Final = (
-    f"{_INSERT} SELECT n.id, n.subscription_id, x.subscriber, n.namespace, n.seq, x.event_id, "
-    "COALESCE(e.source, r.source), COALESCE(e.timestamp, r.timestamp), n.created_at, x.dead_at, x.attempts, "
-    "'dead', r.id IS NOT NULL "
-    "FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::integer[]) WITH ORDINALITY "
-    "AS x(id, subscriber, event_id, dead_at, attempts, ord) "
-    f"JOIN notifications n ON n.id = x.id {_EVENT.format(t='n')} ORDER BY x.ord"
-)
 _DROPPED: Final = (
     f"{_INSERT} SELECT d.id, d.subscription_id, d.subscriber, d.namespace, d.seq, d.event_id, "
     "COALESCE(e.source, r.source), COALESCE(e.timestamp, r.timestamp), NULL, $2, d.attempts, 'dropped', "
-    f"r.id IS NOT NULL FROM dead_letters d {_EVENT.format(t='d')} WHERE d.id = ANY($1::bigint[]) "
-    "ORDER BY array_position($1::bigint[], d.id)"
+    "r.id IS NOT NULL FROM dead_letters d LEFT JOIN events e ON e.seq = d.seq LEFT JOIN replay_notes r ON r.id = d.id "
+    "WHERE d.id = ANY($1::bigint[]) ORDER BY array_position($1::bigint[], d.id)"
 )
 _PENDING: Final = "SELECT id, subscription_id, seq, namespace, attempts, created_at FROM notifications"
 
@@ -56,50 +42,34 @@ def _pending(r: asyncpg.Record) -> PendingNotification:
     )
 
 
-async def insert_notifications(
-    c: asyncpg.Connection, subscription_id: int, events: Sequence[StoredEvent], now: int,
-    ids: Sequence[int] | None = None,
-) -> list[int]:
-    """Insert pending notifications for ``events`` under ``ids``, or new ones increasing in
-    event order; their ids."""
-    if ids is None:
-        ids = sorted(r[0] for r in await c.fetch(
-            "SELECT nextval('notifications_id_seq') FROM generate_series(1, $1)", len(events)
-        ))
-    else:
-        ids = list(ids)
-    await c.execute(
-        "INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent) "
-        "SELECT i, $2, s, ns, $5, false FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS x(i, s, ns)",
-        ids, subscription_id, [e.seq for e in events], [e.namespace for e in events], now,
-    )
-    return ids
+def _per_id(
+    ids: Sequence[int], *parts: tuple[Mapping[int, Sequence[Stat]], bool]
+) -> tuple[list[int], list[bool], list[str], list[str], list[str], list[int]]:
+    """Per-notification counter increments, each part ``(stats by id, only if never
+    sent)``, as the arrays ``tidings_add_stats_of`` takes."""
+    out: tuple[list[int], list[bool], list[str], list[str], list[str], list[int]] = ([], [], [], [], [], [])
+    for stats, unsent in parts:
+        for i in ids:
+            for st in stats.get(i, ()):
+                if not isinstance(st.delta, int):
+                    raise TypeError(f"a counter's delta must be an integer, not {st.delta!r}")
+                out[0].append(i)
+                out[1].append(unsent)
+                out[2].append(st.scope)
+                out[3].append(st.key)
+                out[4].append(st.name)
+                out[5].append(st.delta)
+    return out
 
 
-async def take_ids(c: asyncpg.Connection, n: int) -> int:
-    """Set aside ``n`` notification ids (in the caller's transaction); the first.
-
-    ALTER SEQUENCE holds a lock that makes every other ``nextval`` wait for this commit,
-    so no number of the block is handed out meanwhile."""
-    await c.execute("ALTER SEQUENCE notifications_id_seq INCREMENT BY 1")
-    base = int(await c.fetchval("SELECT nextval('notifications_id_seq')"))
-    if n > 1:
-        await c.execute("SELECT setval('notifications_id_seq', $1)", base + n - 1)
-    return base
-
-
-async def insert_confirmed(
-    c: asyncpg.Connection, subscription_id: int, subscriber: str, confirmed: Sequence[tuple[int, StoredEvent]],
-    created_at: int, now: int, *, replay: bool,
-) -> None:
-    """The delivery records of notifications confirmed at their first push and never pending."""
-    await c.execute(
-        f"{_INSERT} SELECT i, $2, $3, ns, s, eid, src, ts, $8, $9, 1, 'confirmed', $11 "
-        "FROM unnest($1::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $10::bigint[]) "
-        "AS x(i, ns, s, eid, src, ts)",
-        [i for i, _ in confirmed], subscription_id, subscriber, [e.namespace for _, e in confirmed],
-        [e.seq for _, e in confirmed], [e.id for _, e in confirmed], [e.source for _, e in confirmed],
-        created_at, now, [e.timestamp for _, e in confirmed], replay,
+def confirmed_arrays(
+    confirmed: Sequence[tuple[int, StoredEvent]],
+) -> tuple[list[int], list[str], list[int], list[int], list[str], list[int]]:
+    """Notifications confirmed at their first push as the arrays the functions take: ids,
+    namespaces, seqs, event ids, sources, event timestamps."""
+    return (
+        [i for i, _ in confirmed], [e.namespace for _, e in confirmed], [e.seq for _, e in confirmed],
+        [e.id for _, e in confirmed], [e.source for _, e in confirmed], [e.timestamp for _, e in confirmed],
     )
 
 
@@ -111,23 +81,21 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
         cursor: int,
         stats: Iterable[Stat] = (),
         ids: Sequence[int] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         rows = stat_rows(stats)
-
-        async def job(c: asyncpg.Connection) -> list[int]:
-            moved = await c.fetchval(
-                "UPDATE subscriptions SET cursor = $1 WHERE id = $2 RETURNING true", cursor, subscription_id
-            )
-            if not moved:
-                return []
-            opened = await insert_notifications(c, subscription_id, events, time.time_ns(), ids) if events else []
-            await apply_stats(c, rows)
-            return opened
-
-        return await self._tx(job)
+        opened = await self._call(
+            "fetchval",
+            "SELECT tidings_open_notifications($1, $2, $3, $4, $5, $6::bigint[], $7::bigint[], $8::text[], $9, "
+            "$10::text[], $11::text[], $12::text[], $13::bigint[])",
+            *fence_args(fence), subscription_id, cursor, None if ids is None else list(ids),
+            [e.seq for e in events], [e.namespace for e in events], time.time_ns(), *stat_arrays(rows),
+        )
+        return [] if opened is None else list(opened)
 
     async def take_notification_ids(self, n: int) -> int:
-        return await self._tx(lambda c: take_ids(c, n))
+        return int(await self._call("fetchval", "SELECT tidings_take_ids($1)", n))
 
     async def record_confirmed(
         self,
@@ -139,55 +107,49 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> None:
         rows = stat_rows(stats)
-
-        async def job(c: asyncpg.Connection) -> None:
-            await insert_confirmed(c, subscription_id, subscriber, confirmed, created_at, now, replay=False)
-            await c.execute(
-                "UPDATE subscriptions SET cursor = GREATEST(cursor, $1) WHERE id = $2", cursor, subscription_id
-            )
-            await apply_stats(c, rows)
-
-        await self._tx(job)
+        await self._call(
+            "execute",
+            "SELECT tidings_record_confirmed($1, $2, $3, $4, $5, $6::bigint[], $7::text[], $8::bigint[], "
+            "$9::bigint[], $10::text[], $11::bigint[], $12, $13, $14, $15::text[], $16::text[], $17::text[], "
+            "$18::bigint[])",
+            *fence_args(fence), subscription_id, subscriber, *confirmed_arrays(confirmed), created_at, now, cursor,
+            *stat_arrays(rows),
+        )
 
     async def settle_notifications(
         self,
         ids: Sequence[int],
         stats: Mapping[int, Sequence[Stat]] | None = None,
         sent_stats: Mapping[int, Sequence[Stat]] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
-        per_id, per_sent = stats or {}, sent_stats or {}
         todo = list(dict.fromkeys(ids))
+        done = await self._call(
+            "fetchval",
+            "SELECT tidings_settle($1, $2, $3, $4::bigint[], $5, $6::bigint[], $7::boolean[], $8::text[], "
+            "$9::text[], $10::text[], $11::bigint[])",
+            *fence_args(fence), todo, time.time_ns(), *_per_id(todo, (stats or {}, False), (sent_stats or {}, True)),
+        )
+        gone = set(done or ())
+        return [i for i in todo if i in gone]
 
-        async def job(c: asyncpg.Connection) -> list[int]:
-            await c.execute(_SETTLED, todo, time.time_ns())
-            gone = {r[0]: r[1] for r in await c.fetch(
-                "DELETE FROM notifications WHERE id = ANY($1::bigint[]) RETURNING id, sent", todo
-            )}
-            done = [i for i in todo if i in gone]
-            rows = stat_rows([
-                *(s for i in done for s in per_id.get(i, ())),
-                *(s for i in done if not gone[i] for s in per_sent.get(i, ())),
-            ])
-            await apply_stats(c, rows)
-            return done
-
-        return await self._tx(job)
-
-    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
-        per_id = stats or {}
+    async def mark_sent(
+        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None, *, fence: Fence | None = None
+    ) -> list[int]:
         todo = list(dict.fromkeys(ids))
-
-        async def job(c: asyncpg.Connection) -> list[int]:
-            marked = {r[0] for r in await c.fetch(
-                "UPDATE notifications SET sent = true WHERE sent = false AND id = ANY($1::bigint[]) RETURNING id",
-                todo,
-            )}
-            await apply_stats(c, stat_rows(s for i in marked for s in per_id.get(i, ())))
-            return [i for i in todo if i in marked]
-
-        return await self._tx(job)
+        per = _per_id(todo, (stats or {}, False))
+        marked = await self._call(
+            "fetchval",
+            "SELECT tidings_mark_sent($1, $2, $3, $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], "
+            "$9::bigint[])",
+            *fence_args(fence), todo, per[0], *per[2:],
+        )
+        got = set(marked or ())
+        return [i for i in todo if i in got]
 
     async def get_notifications(self, ids: Sequence[int]) -> list[PendingNotification]:
         rows = await self._fetch(f"{_PENDING} WHERE id = ANY($1::bigint[]) ORDER BY id", list(set(ids)))
@@ -222,49 +184,40 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
             "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM notifications_id_seq"
         ))
 
-    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
+    async def count_attempt(
+        self, ids: Sequence[int], stats: Iterable[Stat] = (), *, fence: Fence | None = None
+    ) -> None:
         rows = stat_rows(stats)
         counts: dict[int, int] = {}
         for i in ids:
             counts[i] = counts.get(i, 0) + 1
+        await self._call(
+            "execute",
+            "SELECT tidings_count_attempt($1, $2, $3, $4::bigint[], $5::integer[], $6::text[], $7::text[], "
+            "$8::text[], $9::bigint[])",
+            *fence_args(fence), list(counts), list(counts.values()), *stat_arrays(rows),
+        )
 
-        async def job(c: asyncpg.Connection) -> None:
-            if counts:
-                await c.execute(
-                    "UPDATE notifications n SET attempts = n.attempts + x.k "
-                    "FROM unnest($1::bigint[], $2::integer[]) AS x(id, k) WHERE n.id = x.id",
-                    list(counts), list(counts.values()),
-                )
-            await apply_stats(c, rows)
-
-        await self._tx(job)
-
-    async def dead_letter(self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()) -> list[int]:
+    async def dead_letter(
+        self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = (), *, fence: Fence | None = None
+    ) -> list[int]:
         rows = stat_rows(stats)
         first: dict[int, DeadLetter] = {}
         for d in letters:
             first.setdefault(d.id, d)
         todo = list(first.values())
-
-        async def job(c: asyncpg.Connection) -> list[int]:
-            await c.execute(
-                _DEAD, [d.id for d in todo], [d.subscriber for d in todo], [d.event_id for d in todo],
-                [d.dead_at for d in todo], [d.attempts for d in todo],
-            )
-            gone = {r[0] for r in await c.fetch(
-                "DELETE FROM notifications WHERE id = ANY($1::bigint[]) RETURNING id", [d.id for d in todo]
-            )}
-            moved = [d for d in todo if d.id in gone]
-            if moved:
-                await c.executemany(
-                    f"INSERT INTO dead_letters({DL_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    [(d.id, d.subscription_id, d.subscriber, d.seq, d.namespace, d.event_id, d.attempts, d.reason,
-                      d.dead_at) for d in moved],
-                )
-            await apply_stats(c, rows)
-            return [d.id for d in moved]
-
-        return await self._tx(job)
+        moved = await self._call(
+            "fetchval",
+            "SELECT tidings_dead_letter($1, $2, $3, $4::bigint[], $5::bigint[], $6::text[], $7::bigint[], "
+            "$8::text[], $9::bigint[], $10::integer[], $11::text[], $12::bigint[], $13::text[], $14::text[], "
+            "$15::text[], $16::bigint[])",
+            *fence_args(fence), [d.id for d in todo], [d.subscription_id for d in todo],
+            [d.subscriber for d in todo], [d.seq for d in todo], [d.namespace for d in todo],
+            [d.event_id for d in todo], [d.attempts for d in todo], [d.reason for d in todo],
+            [d.dead_at for d in todo], *stat_arrays(rows),
+        )
+        gone = set(moved or ())
+        return [d.id for d in todo if d.id in gone]
 
     async def list_dead_letters(
         self,

@@ -1,11 +1,17 @@
 """The event log in the PostgreSQL store, with group commit.
 
 Appends queue to one task per store, which takes every append waiting and writes them
-in one transaction: the ``log_head`` row and the ``namespace_heads`` rows of the
-namespaces written (in name order) are updated first, which both numbers the events
-and makes concurrent writers (other processes on the same database) wait their turn,
-so ids never have gaps and ``seq`` order is commit order (``_pg_migrations``). If the
-group's transaction fails, each append is tried alone, so one bad call fails alone.
+with one call of ``tidings_append`` (``_pg_functions``): the ``log_head`` row and the
+``namespace_heads`` rows of the namespaces written (in name order) are updated first,
+which both numbers the events and makes concurrent writers (other processes on the same
+database) wait their turn, so ids never have gaps and ``seq`` order is commit order
+(``_pg_migrations``). Being one statement, the call holds those locks only while the
+server runs it, never while this process is stopped or cut off. If the group's call
+fails, each append is tried alone, so one bad call fails alone.
+
+A publish forwarded by another broadcaster carries a relay token (``forwarding``); it is
+stored in the same statement, so the sender can learn afterwards whether the events were
+stored, and withdraw the token so that they never will be (:meth:`withdraw_relay`).
 """
 
 from __future__ import annotations
@@ -13,35 +19,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import asyncpg
 
 from ..errors import StoreError
 from ._base import EventStore
-from ._cluster import CHANGE_LOG
-from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
+from ._pg_db import EVENT_COLS, PgAccess, event_row, stat_arrays, stat_rows
 from ._records import NewEvent, Stat, StoredEvent
 
 __all__ = ["PgEventStore"]
 
 log = logging.getLogger("tidings.store")
 
-_INSERT = (
-    f"INSERT INTO events({EVENT_COLS}) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], "
-    "$4::bigint[], $5::bigint[], $6::text[], $7::bytea[], $8::bytea[])"
+_APPEND = (
+    "SELECT o_seq, o_id FROM tidings_append($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::bytea[], "
+    "$6::text[], $7::integer[], $8, $9::text[], $10::text[], $11::text[], $12::bigint[])"
 )
 
 
 class _Append:
-    __slots__ = ("events", "fut", "stats")
+    __slots__ = ("events", "fut", "stats", "token")
 
     def __init__(
-        self, events: Sequence[NewEvent], stats: list[tuple[str, str, str, int]], fut: asyncio.Future[list[StoredEvent]]
+        self, events: Sequence[NewEvent], stats: list[tuple[str, str, str, int]],
+        fut: asyncio.Future[list[StoredEvent]], token: str | None = None,
     ) -> None:
         self.events = events
         self.stats = stats
         self.fut = fut
+        self.token = token
 
 
 class PgEventStore(PgAccess, EventStore):
@@ -51,13 +58,32 @@ class PgEventStore(PgAccess, EventStore):
     _max_batch: int = 512
 
     async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
+        return await self.append_relayed(events, stats, None)
+
+    async def append_relayed(
+        self, events: Sequence[NewEvent], stats: Iterable[Stat], token: str | None
+    ) -> list[StoredEvent]:
+        """:meth:`append`, recording ``token`` with the events (a forwarded publish):
+        refused with :class:`StoreError` if the token was withdrawn or used already."""
         self._the_pool()
         rows = stat_rows(stats)  # a bad increment fails this call before anything is queued
         if self._appends is None:
             raise StoreError("store is not open")
         fut: asyncio.Future[list[StoredEvent]] = asyncio.get_running_loop().create_future()
-        self._appends.put_nowait(_Append(events, rows, fut))
+        self._appends.put_nowait(_Append(events, rows, fut, token))
         return await fut
+
+    async def withdraw_relay(self, token: str) -> list[StoredEvent] | None:
+        """Make sure a forwarded publish is stored by nobody from now on: None if it was
+        not stored (now it never will be), else the events it was stored as."""
+        row = await self._call("fetchrow", "SELECT o_first, o_n FROM tidings_withdraw_relay($1)", token)
+        if row is None or row[0] is None:
+            return None
+        first, n = int(row[0]), int(row[1])
+        rows = await self._fetch(
+            f"SELECT {EVENT_COLS} FROM events WHERE seq >= $1 AND seq < $2 ORDER BY seq", first, first + n
+        )
+        return [event_row(r) for r in rows]
 
     async def _appender(self) -> None:
         queue = self._appends
@@ -77,7 +103,7 @@ class PgEventStore(PgAccess, EventStore):
 
     async def _commit(self, batch: list[_Append]) -> None:
         try:
-            results = await self._tx(lambda c: _write(c, batch, self._signal))
+            results = await self._write(batch)
         except Exception as e:
             if len(batch) == 1:
                 _settle(batch[0], e)
@@ -85,7 +111,7 @@ class PgEventStore(PgAccess, EventStore):
             log.warning("a group of %d appends failed (%s); trying each alone", len(batch), e)
             for a in batch:
                 try:
-                    _settle(a, (await self._tx(lambda c, a=a: _write(c, [a], self._signal)))[0])  # type: ignore[misc]
+                    _settle(a, (await self._write([a]))[0])
                 except Exception as e1:
                     _settle(a, e1)
             return
@@ -149,53 +175,37 @@ class PgEventStore(PgAccess, EventStore):
         return await self._tx(job)
 
 
-async def _write(
-    c: asyncpg.Connection, group: list[_Append], signal: Callable[[asyncpg.Connection, str, str], Awaitable[None]]
-) -> list[list[StoredEvent]]:
-    """Number and insert the group's events, and apply its counters, in ``c``'s transaction."""
-    counts: dict[str, int] = {}
-    stats: dict[tuple[str, str, str], int] = {}
-    for a in group:
-        for e in a.events:
-            counts[e.namespace] = counts.get(e.namespace, 0) + 1
-        for scope, key, name, delta in a.stats:
-            stats[(scope, key, name)] = stats.get((scope, key, name), 0) + delta
-    total = sum(counts.values())
-    outs: list[list[StoredEvent]] = []
-    if total:
-        head = await c.fetchval("UPDATE log_head SET seq = seq + $1 RETURNING seq", total)
-        names = sorted(counts)
-        heads = await c.fetch(
-            "INSERT INTO namespace_heads(namespace, last_id) SELECT * FROM unnest($1::text[], $2::bigint[]) "
-            "ON CONFLICT (namespace) DO UPDATE SET last_id = namespace_heads.last_id + excluded.last_id "
-            "RETURNING namespace, last_id",
-            names, [counts[n] for n in names],
-        )
-        last = {r[0]: r[1] - counts[r[0]] for r in heads}  # each namespace's id before this group
-        seq = head - total
-        cols: list[list[object]] = [[], [], [], [], [], [], [], []]
+    async def _write(self, group: list[_Append]) -> list[list[StoredEvent]]:
+        """Number and insert the group's events, and apply its counters: one statement."""
+        cols: tuple[list[object], ...] = ([], [], [], [], [])
+        for a in group:
+            for e in a.events:
+                cols[0].append(e.namespace)
+                cols[1].append(e.timestamp)
+                cols[2].append(e.source)
+                cols[3].append(e.data)
+                cols[4].append(e.headers)
+        tokens = [a.token for a in group] if any(a.token for a in group) else None
+        counts = [len(a.events) for a in group] if tokens is not None else None
+        stats: dict[tuple[str, str, str], int] = {}
+        for a in group:
+            for scope, key, name, delta in a.stats:
+                stats[(scope, key, name)] = stats.get((scope, key, name), 0) + delta
+        rows = sorted((*k, v) for k, v in stats.items() if v)
+        numbered = await self._call("fetch", _APPEND, *cols, tokens, counts, self._origin, *stat_arrays(rows))
+        outs: list[list[StoredEvent]] = []
+        k = 0
         for a in group:
             out = []
             for e in a.events:
-                seq += 1
-                prev = last[e.namespace]
-                last[e.namespace] = prev + 1
-                s = StoredEvent(
-                    seq=seq, namespace=e.namespace, id=prev + 1, prev_id=prev or None, timestamp=e.timestamp,
+                seq, eid = numbered[k][0], numbered[k][1]
+                k += 1
+                out.append(StoredEvent(
+                    seq=seq, namespace=e.namespace, id=eid, prev_id=eid - 1 or None, timestamp=e.timestamp,
                     source=e.source, data=e.data, headers=e.headers,
-                )
-                out.append(s)
-                for col, v in zip(cols, (seq, s.namespace, s.id, s.prev_id, s.timestamp, s.source, s.data,
-                                         s.headers), strict=True):
-                    col.append(v)
+                ))
             outs.append(out)
-        await c.execute(_INSERT, *cols)
-        await signal(c, CHANGE_LOG, str(head))
-    else:
-        outs = [[] for _ in group]
-    rows = sorted((*k, v) for k, v in stats.items() if v)
-    await apply_stats(c, rows)
-    return outs
+        return outs
 
 
 def _settle(a: _Append, result: list[StoredEvent] | BaseException) -> None:

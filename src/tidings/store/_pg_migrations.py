@@ -24,6 +24,7 @@ from typing import Final
 import asyncpg
 
 from ..errors import StoreError
+from ._pg_functions import V5
 
 __all__ = ["MIGRATIONS", "migrate"]
 
@@ -262,6 +263,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
     (2, "broadcasters and their leases, for several broadcasters on one database", _V2),
     (3, "the secret broadcasters sign the publishes they forward to each other with", _V3),
     (4, "the notification ids kept for each replay, so a batch pushed again keeps its ids", _V4),
+    (5, "lease epochs (fencing), relay tokens, and one-statement writes as server-side functions", V5),
 )
 """(version, what it does, SQL), in order."""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncpg
 
 from ._base import RegistryStore
-from ._cluster import CHANGE_REGISTRY
-from ._pg_db import SUB_COLS, PgAccess, dec, enc, sub_row
+from ._cluster import CHANGE_REGISTRY, Fence
+from ._pg_db import SUB_COLS, PgAccess, dec, enc, fence_args, sub_row
 from ._records import PublicationRecord, SubscriptionRecord, SubscriptionSecret
 
 __all__ = ["PgRegistryStore"]
@@ -115,10 +115,10 @@ class PgRegistryStore(PgAccess, RegistryStore):
 
         await self._tx(job)
 
-    async def move_cursor(self, subscription_id: int, cursor: int) -> None:
-        await self._tx(lambda c: c.execute(
-            "UPDATE subscriptions SET cursor = $1 WHERE id = $2", cursor, subscription_id
-        ))
+    async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
+        await self._call(
+            "execute", "SELECT tidings_move_cursor($1, $2, $3, $4, $5)", *fence_args(fence), subscription_id, cursor
+        )
 
     async def delete_subscription(self, subscription_id: int, *, keep_dead_letters: bool = False) -> None:
         async def job(c: asyncpg.Connection) -> None:

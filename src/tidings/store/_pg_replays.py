@@ -8,9 +8,11 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from ._cluster import CHANGE_REGISTRY
-from ._pg_db import EVENT_COLS, PgAccess, apply_stats, event_row, stat_rows
-from ._pg_deliveries import insert_confirmed, insert_notifications, take_ids
+from ..errors import StoreError
+from ._cluster import CHANGE_REGISTRY, Fence
+from ._pg_db import EVENT_COLS, PgAccess, event_row, fence_args, stat_arrays, stat_rows
+from ._pg_deliveries import confirmed_arrays
+from ._pg_functions import NO_CREDIT
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore, with_pairs
 
@@ -29,35 +31,12 @@ def _record(r: Any) -> ReplayRecord:
     return ReplayRecord(**d)
 
 
-async def _debit(
-    c: asyncpg.Connection, replay_id: int, subscription_id: int, n: int, *, done: bool = False
-) -> str | None:
-    """Debit a replay's requester for ``n`` events; the subscriber, or None (nothing
-    written): the replay is not running or the subscription is gone, or, for pushes
-    already ``done``, the replay does not exist (the subscriber is then ``''`` if gone)."""
-    row = await c.fetchrow("SELECT state, requester, price FROM replays WHERE id = $1 FOR UPDATE", replay_id)
-    if row is None or (row[0] != "running" and not done):
-        return None
-    subscriber = await c.fetchval("SELECT subscriber FROM subscriptions WHERE id = $1 FOR SHARE", subscription_id)
-    if subscriber is None and not done:
-        return None
-    debit = row[2] * n
-    if debit:
-        took = await c.fetchval(
-            "UPDATE credits SET balance = balance - $1 WHERE principal = $2 AND balance >= $1 RETURNING true",
-            debit, row[1],
-        )
-        if not took:
-            raise InsufficientCredit(f"{row[1]}'s credit does not cover {debit}")
-        await c.execute("UPDATE replays SET charged = charged + $1 WHERE id = $2", debit, replay_id)
-    return "" if subscriber is None else str(subscriber)
-
-
-async def _advance(c: asyncpg.Connection, replay_id: int, position: int, sent: int, now: int) -> None:
-    await c.execute(
-        "UPDATE replays SET position = $1, sent = sent + $2, updated_at = $3 WHERE id = $4",
-        position, sent, now, replay_id,
-    )
+def _no_credit(e: StoreError) -> Exception:
+    """The requester's credit not covering a batch is :class:`InsufficientCredit`."""
+    cause = e.__cause__
+    if getattr(cause, "sqlstate", None) == NO_CREDIT:
+        return InsufficientCredit(str(getattr(cause, "message", cause)))
+    return e
 
 
 class PgReplayStore(PgAccess, ReplayStore):
@@ -128,40 +107,26 @@ class PgReplayStore(PgAccess, ReplayStore):
         *,
         now: int,
         ids: Sequence[int] | None = None,
+        fence: Fence | None = None,
     ) -> list[int] | None:
         rows = stat_rows(stats)
-        kept = None if ids is None else list(ids)
-
-        async def job(c: asyncpg.Connection) -> list[int] | None:
-            if await _debit(c, replay_id, subscription_id, len(events)) is None:
-                return None
-            ids = await insert_notifications(c, subscription_id, events, now, kept) if events else []
-            if events:
-                await c.executemany(
-                    "INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, "
-                    "headers, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                    [(i, replay_id, e.seq, e.namespace, e.id, e.prev_id, e.timestamp, e.source, e.headers, e.data)
-                     for i, e in zip(ids, events, strict=True)],
-                )
-            await _advance(c, replay_id, position, len(events), now)
-            await apply_stats(c, rows)
-            return ids
-
-        return await self._tx(job)
+        try:
+            made = await self._call(
+                "fetchval",
+                "SELECT tidings_record_replay_batch($1, $2, $3, $4, $5, $6, $7, $8::bigint[], $9::bigint[], "
+                "$10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[], $15::bytea[], $16::bytea[], "
+                "$17::text[], $18::text[], $19::text[], $20::bigint[])",
+                *fence_args(fence), replay_id, subscription_id, position, now, None if ids is None else list(ids),
+                [e.seq for e in events], [e.namespace for e in events], [e.id for e in events],
+                [e.prev_id for e in events], [e.timestamp for e in events], [e.source for e in events],
+                [e.headers for e in events], [e.data for e in events], *stat_arrays(rows),
+            )
+        except StoreError as e:
+            raise _no_credit(e) from e
+        return None if made is None else list(made)
 
     async def replay_id_base(self, replay_id: int, n: int) -> int:
-        async def job(c: asyncpg.Connection) -> int:
-            kept = await c.fetchval("SELECT base FROM replay_ids WHERE replay_id = $1 FOR UPDATE", replay_id)
-            if kept is not None:
-                return int(kept)
-            base = await take_ids(c, n)
-            await c.execute(
-                "INSERT INTO replay_ids(replay_id, base) VALUES ($1, $2) ON CONFLICT (replay_id) DO NOTHING",
-                replay_id, base,
-            )
-            return int(await c.fetchval("SELECT base FROM replay_ids WHERE replay_id = $1", replay_id))
-
-        return await self._tx(job)
+        return int(await self._call("fetchval", "SELECT tidings_replay_id_base($1, $2)", replay_id, n))
 
     async def record_replay_confirmed(
         self,
@@ -173,19 +138,20 @@ class PgReplayStore(PgAccess, ReplayStore):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> bool:
         rows = stat_rows(stats)
-
-        async def job(c: asyncpg.Connection) -> bool:
-            subscriber = await _debit(c, replay_id, subscription_id, len(confirmed), done=True)
-            if subscriber is None:
-                return False
-            await insert_confirmed(c, subscription_id, subscriber, confirmed, created_at, now, replay=True)
-            await _advance(c, replay_id, position, len(confirmed), now)
-            await apply_stats(c, rows)
-            return True
-
-        return await self._tx(job)
+        try:
+            return bool(await self._call(
+                "fetchval",
+                "SELECT tidings_record_replay_confirmed($1, $2, $3, $4, $5, $6, $7, $8, $9::bigint[], $10::text[], "
+                "$11::bigint[], $12::bigint[], $13::text[], $14::bigint[], $15::text[], $16::text[], $17::text[], "
+                "$18::bigint[])",
+                *fence_args(fence), replay_id, subscription_id, position, created_at, now,
+                *confirmed_arrays(confirmed), *stat_arrays(rows),
+            ))
+        except StoreError as e:
+            raise _no_credit(e) from e
 
     async def replay_events(self, notification_ids: Sequence[int]) -> dict[int, StoredEvent]:
         rows = await self._fetch(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..core.replay import append_pairs
+from ._cluster import Fence
 
 if TYPE_CHECKING:
     from ._records import Stat, StoredEvent
@@ -100,6 +101,7 @@ class ReplayStore(ABC):
         *,
         now: int,
         ids: Sequence[int] | None = None,
+        fence: Fence | None = None,
     ) -> list[int] | None:
         """In one transaction: record ``events`` (copies, replay headers included) as
         pending notifications of the subscription, keep their copies, move the replay's
@@ -131,6 +133,7 @@ class ReplayStore(ABC):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> bool:
         """In one transaction, for a replay batch already pushed under its kept ids and
         confirmed by the endpoint: a ``confirmed`` delivery record (replay, one attempt)

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from ..core.record_batch import MAX_ITEMS, RECORD_COLUMNS, expand, pack, unpack
 from ._base import DeliveryStore
+from ._cluster import Fence
 from ._deliveries import DeliveryRecord
 from ._records import DeadLetter, PendingNotification, Stat, StoredEvent
 from ._sqlite_db import (
@@ -186,6 +187,8 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
         cursor: int,
         stats: Iterable[Stat] = (),
         ids: Sequence[int] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         stats = list(stats)
         kept = None if ids is None else list(ids)
@@ -216,6 +219,7 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> None:
         stats = list(stats)
 
@@ -232,6 +236,8 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
         ids: Sequence[int],
         stats: Mapping[int, Sequence[Stat]] | None = None,
         sent_stats: Mapping[int, Sequence[Stat]] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> list[int]:
         per_id, per_sent = stats or {}, sent_stats or {}
 
@@ -245,7 +251,9 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
 
         return await self._write(job)
 
-    async def mark_sent(self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None) -> list[int]:
+    async def mark_sent(
+        self, ids: Sequence[int], stats: Mapping[int, Sequence[Stat]] | None = None, *, fence: Fence | None = None
+    ) -> list[int]:
         per_id = stats or {}
 
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:
@@ -339,7 +347,9 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
 
         return await self._read(q)
 
-    async def count_attempt(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> None:
+    async def count_attempt(
+        self, ids: Sequence[int], stats: Iterable[Stat] = (), *, fence: Fence | None = None
+    ) -> None:
         stats = list(stats)
 
         def job(c: sqlite3.Connection, w: Writer) -> None:
@@ -349,7 +359,9 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
         await self._write(job)
 
 
-    async def dead_letter(self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = ()) -> list[int]:
+    async def dead_letter(
+        self, letters: Sequence[DeadLetter], stats: Iterable[Stat] = (), *, fence: Fence | None = None
+    ) -> list[int]:
         stats = list(stats)
 
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:

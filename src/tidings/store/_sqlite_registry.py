@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from ._base import RegistryStore
+from ._cluster import Fence
 from ._records import PublicationRecord, SubscriptionRecord, SubscriptionSecret
 from ._sqlite_db import SUB_COLS, SQLiteAccess, dec, enc, sub_row
 from ._sqlite_writer import Writer
@@ -125,7 +126,7 @@ class SQLiteRegistryStore(SQLiteAccess, RegistryStore):
 
         await self._write(job)
 
-    async def move_cursor(self, subscription_id: int, cursor: int) -> None:
+    async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
         await self._write(
             lambda c, w: c.execute("UPDATE subscriptions SET cursor = ? WHERE id = ?", (cursor, subscription_id))
         )

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from ..core.replay import append_pairs
+from ._cluster import Fence
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
 from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows, take_ids
@@ -209,6 +210,7 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
         *,
         now: int,
         ids: Sequence[int] | None = None,
+        fence: Fence | None = None,
     ) -> list[int] | None:
         stats = list(stats)
         kept = None if ids is None else list(ids)
@@ -252,6 +254,7 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
         *,
         created_at: int,
         now: int,
+        fence: Fence | None = None,
     ) -> bool:
         stats = list(stats)
 

@@ -7,8 +7,15 @@ this one assembles them and owns the connection pool. At open the store applies 
 schema migrations the database lacks (``_pg_migrations``).
 
 Notifications are opened by the subscriptions' workers after their events commit
-(``route_appends`` is not offered): an append stays one short transaction that any
+(``route_appends`` is not offered): an append stays one short statement that any
 number of processes can take turns on.
+
+Every wait is bounded (docs/operations.md, "PostgreSQL: timeouts"): connecting, taking a
+pooled connection and each statement's answer by ``timeout_s`` on this side; on the
+server, each session sets ``lock_timeout`` (``timeout_s``), ``statement_timeout``,
+``idle_in_transaction_session_timeout`` (a process stopped inside a transaction loses it,
+and its locks, after that long) and TCP keepalives, so that a broadcaster that stops or
+is cut off never holds the others for long, even where a client transaction remains.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 import asyncpg
 
 from ..core.addresses import redact_address
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from ._base import Store
 from ._pg_cluster import PgClusterStore
 from ._pg_deliveries import PgDeliveryStore
@@ -32,7 +39,23 @@ from ._pg_replays import PgReplayStore
 from ._pg_schemas import PgSchemaStore
 from ._pg_stats import PgStatisticsStore
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresStore", "session_bounds"]
+
+
+def session_bounds(timeout_s: float) -> dict[str, str]:
+    """The server-side bounds every session sets (milliseconds, seconds for keepalives)."""
+    ms = str(max(1, int(timeout_s * 1000)))
+    return {
+        "lock_timeout": ms,
+        # Long enough for the heaviest statement (a retention trim), short enough to end
+        # one whose client is gone.
+        "statement_timeout": str(max(60_000, int(timeout_s * 6000))),
+        "idle_in_transaction_session_timeout": "2000",
+        "tcp_keepalives_idle": "5",
+        "tcp_keepalives_interval": "2",
+        "tcp_keepalives_count": "3",
+        "tcp_user_timeout": ms,
+    }
 
 
 class PostgresStore(
@@ -53,13 +76,14 @@ class PostgresStore(
 
     def __init__(
         self, dsn: str, *, min_size: int = 2, max_size: int = 10, max_batch: int = 512,
-        server_settings: dict[str, str] | None = None,
+        server_settings: dict[str, str] | None = None, timeout_s: float = 10.0,
     ) -> None:
         self._dsn = dsn
         self._min_size = min_size
         self._max_size = max_size
         self._max_batch = max_batch
-        self._server_settings = server_settings
+        self._timeout_s = timeout_s
+        self._server_settings = {**session_bounds(timeout_s), **(server_settings or {})}
         self._origin = secrets.token_hex(8)
         self._pool: asyncpg.Pool | None = None
         self._appends: asyncio.Queue[_Append] | None = None
@@ -74,13 +98,17 @@ class PostgresStore(
     async def open(self) -> None:
         if self._pool is not None:
             return
-        kwargs: dict[str, Any] = {"min_size": self._min_size, "max_size": self._max_size}
-        if self._server_settings:
-            kwargs["server_settings"] = self._server_settings
+        kwargs: dict[str, Any] = {
+            "min_size": self._min_size, "max_size": self._max_size, "server_settings": self._server_settings,
+            "timeout": self._timeout_s, "command_timeout": self._timeout_s,
+        }
         try:
             pool = await asyncpg.create_pool(self._dsn, **kwargs)
-        except (OSError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
-            raise StoreError(f"cannot open PostgreSQL at {redact_address(self._dsn)}: {e}") from e
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
+            raise StoreUnavailable(
+                f"cannot open PostgreSQL at {redact_address(self._dsn)} within {self._timeout_s:g} s "
+                f"(TIDINGS_STORE_TIMEOUT_S): {type(e).__name__}: {e}"
+            ) from e
         try:
             async with pool.acquire() as c:
                 self.migrated = await migrate(c)
