@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import logging
 import os
 import secrets
+import signal
 import socket
 import sys
 import tempfile
@@ -51,8 +54,13 @@ def _private_data_dir(settings: Settings) -> None:
 
 async def _serve(settings: Settings) -> int:
     broker = Broker(settings, store_for(
-        settings.store, settings.db_path, fsync=settings.commit_fsync, timeout_s=settings.store_timeout_s
+        settings.store, settings.db_path, fsync=settings.commit_fsync, timeout_s=settings.store_timeout_s,
+        name=f"tidings {settings.broadcaster_id}",
     ))
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        # An operator's (or a fault test's) look inside a process that seems stuck: every
+        # task's stack, logged (docs/operations.md).
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks)
     async with broker:
         tune_gc()
         token_file = settings.data_dir / "admin.token"
@@ -104,6 +112,14 @@ async def _serve(settings: Settings) -> int:
             if xmpp is not None:
                 await xmpp.stop()
     return 0
+
+
+def _dump_tasks() -> None:
+    out = io.StringIO()
+    tasks = asyncio.all_tasks()
+    for t in sorted(tasks, key=lambda t: t.get_name()):
+        t.print_stack(limit=12, file=out)
+    logging.getLogger("tidings.server").warning("SIGUSR1: %d tasks\n%s", len(tasks), out.getvalue())
 
 
 def _config(app: Any, settings: Settings) -> uvicorn.Config:

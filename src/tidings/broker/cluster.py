@@ -128,6 +128,8 @@ class Cluster:
                         break
             except StoreError as e:
                 log.warning("reading the log after %s failed: %s", self._tail.head, e)
+            except Exception:  # this loop outlives whatever one round met
+                log.exception("reading the log after %s failed", self._tail.head)
 
     async def _follow_registry(self) -> None:
         last_full = self._monotonic()
@@ -152,6 +154,8 @@ class Cluster:
                     self._adopt.set()  # new subscriptions: take this one's share now
             except StoreError as e:
                 log.warning("reloading the registry failed: %s", e)
+            except Exception:  # this loop outlives whatever one round met
+                log.exception("reloading the registry failed")
 
     # -- heartbeat and leases -----------------------------------------------------------
 
@@ -170,31 +174,17 @@ class Cluster:
         self._reload.set()
 
     async def run(self) -> None:
-        """Take part until cancelled; then leave, so the others take over at once."""
-        await self._listen()
+        """Take part until cancelled; then leave, so the others take over at once. Whatever
+        a round meets (a store that fails in a way nobody foresaw), the broadcaster goes on
+        taking part: a cluster member that stops renewing without stopping its workers
+        is the one failure the leases cannot cover."""
         try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._follow_log(), name="tidings-cluster-log")
-                tg.create_task(self._follow_registry(), name="tidings-cluster-registry")
-                tg.create_task(self._control.run(), name="tidings-cluster-commands")
-                tg.create_task(self._watch(), name="tidings-cluster-watchdog")
-                while True:
-                    if self._lost:
-                        self._lost = False
-                        await self._listen()
-                    try:
-                        # A beat that hangs (the store cut off) is given up on; the
-                        # watchdog has stopped the workers by the time it is.
-                        async with asyncio.timeout(self.lease_s):
-                            await self.beat()
-                    except TimeoutError:
-                        log.warning("heartbeat took longer than the lease term (%.1f s); trying again", self.lease_s)
-                    except Exception:  # a broadcaster keeps taking part whatever one beat met
-                        log.exception("heartbeat failed")
-                    self._catch_up.set()  # in case a signal was lost
-                    self._adopt.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._adopt.wait(), self.heartbeat_s)
+            while True:
+                try:
+                    await self._take_part()
+                except Exception:
+                    log.exception("taking part in the cluster failed; starting again")
+                    await asyncio.sleep(self.heartbeat_s)
         finally:
             if self._stop_listening is not None:
                 await self._stop_listening()
@@ -203,6 +193,31 @@ class Cluster:
             with contextlib.suppress(StoreError, OSError):
                 await self._record()
                 await asyncio.shield(self._store.leave(self.membership.me))
+
+    async def _take_part(self) -> None:
+        await self._listen()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._follow_log(), name="tidings-cluster-log")
+            tg.create_task(self._follow_registry(), name="tidings-cluster-registry")
+            tg.create_task(self._control.run(), name="tidings-cluster-commands")
+            tg.create_task(self._watch(), name="tidings-cluster-watchdog")
+            while True:
+                if self._lost:
+                    self._lost = False
+                    await self._listen()
+                try:
+                    # A beat that hangs (the store cut off) is given up on; the
+                    # watchdog has stopped the workers by the time it is.
+                    async with asyncio.timeout(self.lease_s):
+                        await self.beat()
+                except TimeoutError:
+                    log.warning("heartbeat took longer than the lease term (%.1f s); trying again", self.lease_s)
+                except Exception:  # a broadcaster keeps taking part whatever one beat met
+                    log.exception("heartbeat failed")
+                self._catch_up.set()  # in case a signal was lost
+                self._adopt.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._adopt.wait(), self.heartbeat_s)
 
     async def _watch(self) -> None:
         """Stop every worker once the leases may have lapsed, whatever the heartbeat is
@@ -219,7 +234,10 @@ class Cluster:
             if m.held:
                 log.warning("the leases of %d subscription(s) were not renewed in time; stopping their delivery",
                             len(m.held))
-                await self._let_go(set(m.held), release=False)
+                try:
+                    await self._let_go(set(m.held), release=False)
+                except Exception:  # the workers are stopped first; what failed after is logged
+                    log.exception("stopping the delivery of lapsed leases failed")
             await self._renewed.wait()
             self._renewed.clear()
 
@@ -292,9 +310,12 @@ class Cluster:
             self._sync.known(i) or SubscriptionRecord(id=i, subscriber="", namespace="", endpoint=None)
             for i in sorted(sub_ids)
         ]
-        await self._replays.adopt(m.held)
         for sub_id in sorted(sub_ids):
             await self._delivery.stop_worker(sub_id)
+        try:
+            await self._replays.adopt(m.held)
+        except StoreError as e:  # adopted again at the next heartbeat
+            log.warning("stopping the replays of subscriptions delivered elsewhere now failed: %s", e)
         if release:
             with contextlib.suppress(StoreError):
                 await self._store.release_leases(m.me, [subscription_key(i) for i in sorted(sub_ids)])

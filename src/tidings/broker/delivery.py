@@ -461,6 +461,11 @@ class Delivery:
             "x-tidings-subscription": str(sub.id),
             "x-tidings-mode": sub.mode,
         }
+        fence = self.fence_of(sub.id) if self._leases is not None else None
+        if fence is not None:
+            # Rises each time the subscription passes to another broadcaster: a receiver
+            # can refuse a push under an epoch lower than one it has seen (docs/scaling.md).
+            headers["x-tidings-lease-epoch"] = str(fence.epoch)
         if self.signer is not None:
             # A retry of the same batch keeps its message id, so receivers can dedupe.
             headers.update(self.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))

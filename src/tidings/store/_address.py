@@ -12,11 +12,14 @@ from .sqlite import SQLiteStore
 __all__ = ["redact_address", "store_for"]
 
 
-def store_for(address: str, default_path: Path, *, fsync: bool = True, timeout_s: float = 10.0) -> Store:
+def store_for(
+    address: str, default_path: Path, *, fsync: bool = True, timeout_s: float = 10.0, name: str = "tidings"
+) -> Store:
     """The store at ``address``: a ``postgresql://`` (or ``postgres://``) address, or empty
     for the SQLite file at ``default_path``. Raises ``ConfigError`` for anything else.
     ``fsync``: the SQLite store's ``commit_fsync`` (PostgreSQL keeps its own
-    ``synchronous_commit``); ``timeout_s``: the PostgreSQL store's bound on each wait."""
+    ``synchronous_commit``); ``timeout_s``: the PostgreSQL store's bound on each wait;
+    ``name``: its sessions' ``application_name`` (``pg_stat_activity`` shows who is who)."""
     if not address:
         return SQLiteStore(default_path, fsync=fsync)
     scheme = address.partition("://")[0].lower()
@@ -28,7 +31,7 @@ def store_for(address: str, default_path: Path, *, fsync: bool = True, timeout_s
                 f"TIDINGS_STORE is a PostgreSQL address but {e.name} is not installed: "
                 "pip install 'tidings[postgresql]'"
             ) from None
-        return PostgresStore(address, timeout_s=timeout_s)
+        return PostgresStore(address, timeout_s=timeout_s, server_settings={"application_name": name[:63]})
     if scheme in ("sqlite", "file"):
         return SQLiteStore(address.partition("://")[2] or default_path, fsync=fsync)
     raise ConfigError(

@@ -17,7 +17,7 @@ import asyncpg
 
 from ..errors import StoreError
 from ._cluster import CHANGE_LOST, BroadcasterRecord, ClusterStore, LeaseRecord
-from ._pg_db import PgAccess
+from ._pg_db import CAUGHT, PgAccess
 
 __all__ = ["CHANNEL", "PgClusterStore"]
 
@@ -97,7 +97,7 @@ class PgClusterStore(PgAccess, ClusterStore):
             conn = await asyncpg.connect(self._dsn, timeout=self._timeout_s, **kwargs)
             await conn.add_listener(CHANNEL, heard)
             conn.add_termination_listener(lambda _c: on_change(CHANGE_LOST, ""))
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
+        except CAUGHT as e:
             raise StoreError(f"cannot listen for changes: {e}") from e
 
         async def close() -> None:

@@ -31,6 +31,7 @@ from ._pg_functions import FENCED
 from ._records import Stat, StoredEvent, SubscriptionRecord
 
 __all__ = [
+    "CAUGHT",
     "DL_COLS",
     "DL_FIELDS",
     "EVENT_COLS",
@@ -66,9 +67,18 @@ _UNAVAILABLE_CLASSES = ("08", "53", "57")
 _UNAVAILABLE_STATES = ("25006",)
 
 
+# What the driver raises, besides the server's errors: a connection lost, closed or left
+# in a state it cannot go on from (``InternalClientError`` after a connection broke
+# mid-operation), a timeout.
+DRIVER_ERRORS = (
+    OSError, TimeoutError, asyncpg.exceptions.InterfaceError, asyncpg.exceptions.InternalClientError,
+)
+CAUGHT = (asyncpg.PostgresError, *DRIVER_ERRORS)
+
+
 def unavailable(e: BaseException) -> bool:
     """Whether ``e`` says the database cannot be reached or cannot take writes now."""
-    if isinstance(e, (OSError, TimeoutError, asyncpg.exceptions.InterfaceError)):
+    if isinstance(e, DRIVER_ERRORS):
         return True
     state = getattr(e, "sqlstate", None) or ""
     return state[:2] in _UNAVAILABLE_CLASSES or state in _UNAVAILABLE_STATES
@@ -157,7 +167,7 @@ class PgAccess:
             except _RETRIED:
                 if attempt == _ATTEMPTS - 1:
                     raise StoreError("the transaction kept losing lock races; try again") from None
-            except (asyncpg.PostgresError, OSError, TimeoutError, asyncpg.exceptions.InterfaceError) as e:
+            except CAUGHT as e:
                 raise store_error(e, "a write") from e
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -173,7 +183,7 @@ class PgAccess:
             except _RETRIED:
                 if attempt == _ATTEMPTS - 1:
                     raise StoreError("the statement kept losing lock races; try again") from None
-            except (asyncpg.PostgresError, OSError, TimeoutError, asyncpg.exceptions.InterfaceError) as e:
+            except CAUGHT as e:
                 raise store_error(e, "a write") from e
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -184,7 +194,7 @@ class PgAccess:
         try:
             async with pool.acquire() as c:
                 return await fn(c)
-        except (asyncpg.PostgresError, OSError, TimeoutError, asyncpg.exceptions.InterfaceError) as e:
+        except CAUGHT as e:
             raise store_error(e, "a read") from e
 
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:

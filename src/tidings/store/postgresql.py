@@ -30,6 +30,7 @@ from ..core.addresses import redact_address
 from ..errors import StoreError, StoreUnavailable
 from ._base import Store
 from ._pg_cluster import PgClusterStore
+from ._pg_db import CAUGHT
 from ._pg_deliveries import PgDeliveryStore
 from ._pg_events import PgEventStore, _Append
 from ._pg_migrations import migrate
@@ -104,7 +105,7 @@ class PostgresStore(
         }
         try:
             pool = await asyncpg.create_pool(self._dsn, **kwargs)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as e:
+        except CAUGHT as e:
             raise StoreUnavailable(
                 f"cannot open PostgreSQL at {redact_address(self._dsn)} within {self._timeout_s:g} s "
                 f"(TIDINGS_STORE_TIMEOUT_S): {type(e).__name__}: {e}"
