@@ -69,7 +69,8 @@ class Proxy:
             return
         link = (writer, up_w)
         self._links.add(link)
-        tasks = [asyncio.create_task(self._pipe(reader, up_w, link)), asyncio.create_task(self._pipe(up_r, writer, link))]
+        tasks = [asyncio.create_task(self._pipe(reader, up_w, link)),
+                 asyncio.create_task(self._pipe(up_r, writer, link))]
         for t in tasks:
             self._tasks.add(t)
             t.add_done_callback(self._tasks.discard)

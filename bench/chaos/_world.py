@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -149,4 +150,4 @@ class Publishers:
         ``members`` was answered Ok (the window's edges count as answers)."""
         oks = sorted(a.end for a in self.attempts if a.member in members and a.acked and start <= a.end <= end)
         marks = [start, *oks, end]
-        return max(b - a for a, b in zip(marks, marks[1:], strict=False))
+        return max(b - a for a, b in itertools.pairwise(marks))

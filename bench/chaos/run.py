@@ -329,7 +329,8 @@ class Chaos:
             firsts = []
             for s in subs:
                 ns = self.sub_ns[s]
-                ts = [t for (sub, n, i), t in self.recorder.first_at.items() if sub == s and n == ns and i > marks.get(ns, 0)]
+                ts = [t for (sub, n, i), t in self.recorder.first_at.items()
+                      if sub == s and n == ns and i > marks.get(ns, 0)]
                 firsts.append(min(ts) if ts else None)
             if all(t is not None for t in firsts):
                 return max(0.0, max(t for t in firsts if t is not None) - start)
