@@ -249,6 +249,7 @@ class Chaos:
         start = time.monotonic()
         if f.kind == "pause":
             aimed = await self._aim(m)
+            marks = self._marks()
             m.pause()
             start = time.monotonic()
             await asyncio.sleep(f.duration_s)
