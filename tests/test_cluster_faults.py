@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from bench.chaos import Chaos, Fault
 
 pytestmark = [
