@@ -43,6 +43,8 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    exit_code: int | None = None
+    """How the last stop ended (the process's exit status; negative: a signal)."""
 
     @property
     def url(self) -> str:
@@ -104,6 +106,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.exit_code = self.proc.returncode
         # Its front processes die with it (PR_SET_PDEATHSIG), a moment later: until they
         # have, they hold the port, and a restart's readiness check could reach one.
         deadline = time.monotonic() + 10

@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ async def _serve(settings: Settings) -> int:
             sockets = [sock]
             bound_host, bound_port = sock.getsockname()[:2]
             pool = await _start_fronts(broker, app, settings, bound_host, bound_port, fronts)
-        server = uvicorn.Server(_config(app, settings))
+        server = _Server(_config(app, settings), broker, settings.drain_s)
         app.state.stopping = lambda: server.should_exit  # the console's event streams end
         task = asyncio.create_task(server.serve(sockets=sockets))
         while not server.started and not task.done():
@@ -134,6 +135,36 @@ def _config(app: Any, settings: Settings) -> uvicorn.Config:
         # past the limit closes the connection with 1009.
         ws="websockets-sansio", ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
     )
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping in the order a load balancer needs: on the first SIGTERM
+    (or SIGINT) ``/readyz`` turns unready at once, and new connections are still taken
+    for a moment (at most a second, ``drain_s`` if less) so that whoever checks readiness
+    can see it; then uvicorn stops taking connections and finishes the requests in
+    flight, and the broker drains its pushes (``Broker.stop``). A second signal stops at
+    once."""
+
+    def __init__(self, config: uvicorn.Config, broker: Broker, drain_s: float) -> None:
+        super().__init__(config)
+        self._broker = broker
+        self._notice_s = min(1.0, drain_s)
+        self._loop = asyncio.get_running_loop()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            # A stop a signal asked for, done gracefully, is a clean exit (status 0), not
+            # the signal raised again once the handlers are restored.
+            self._captured_signals.clear()
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self._broker.draining:
+            super().handle_exit(sig, frame)
+            return
+        self._broker.begin_draining()
+        self._loop.call_soon_threadsafe(self._loop.call_later, self._notice_s, super().handle_exit, sig, frame)
 
 
 class _Fronts:

@@ -94,6 +94,11 @@ class Settings:
     confirmed, without pending rows (docs/delivery.md); false records every batch as
     pending before its push."""
 
+    drain_s: float = 10.0
+    """On SIGTERM: how long pushes in flight, and the records of what they delivered, may
+    take to finish before the process stops anyway (docs/operations.md, "Stopping and
+    rolling restarts"). ``/readyz`` turns unready at once."""
+
     push_timeout_s: float = 10.0
     """Deadline for a subscriber endpoint to answer one push."""
 
@@ -254,6 +259,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "heartbeat_s": (0.05, 60),
     "forward_timeout_s": (0, 120),
     "store_timeout_s": (0.5, 600),
+    "drain_s": (0, 3_600),
     "port": (0, 65_535),
     "push_timeout_s": (0.001, 3_600),
     "ack_deadline_s": (0.001, 3_600),

@@ -145,7 +145,15 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def health(request: Request) -> Response:
+        # Alive: the process answers. Whether to send it traffic is /readyz.
         return Response(b'{"status":"ok"}', media_type=_JSON)
+
+    async def ready(request: Request) -> Response:
+        problems = await broker.readiness()
+        if problems:
+            return Response(_encode({"status": "unready", "problems": problems}), status_code=503,
+                            media_type=_JSON, headers={"Retry-After": "1"})
+        return Response(b'{"status":"ready"}', media_type=_JSON)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         first = request.url.path.strip("/").split("/", 1)[0]
@@ -174,6 +182,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             Route("/openapi.json", openapi, methods=["GET"]),
             Route("/docs", docs, methods=["GET"]),
             Route("/healthz", health, methods=["GET"]),
+            Route("/readyz", ready, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             *confluent_routes(broker),
             *console_routes(broker),

@@ -310,13 +310,21 @@ class Cluster:
             self._sync.known(i) or SubscriptionRecord(id=i, subscriber="", namespace="", endpoint=None)
             for i in sorted(sub_ids)
         ]
-        for sub_id in sorted(sub_ids):
-            await self._delivery.stop_worker(sub_id)
+        if release:
+            # Handed over while the lease is still ours: the push in flight finishes and is
+            # recorded first, within a share of the term the others' heartbeats allow.
+            await self._delivery.hand_off(sub_ids, 0.4 * self.lease_s)
+        else:  # the lease may be another's already: at once
+            for sub_id in sorted(sub_ids):
+                await self._delivery.stop_worker(sub_id)
         try:
             await self._replays.adopt(m.held)
         except StoreError as e:  # adopted again at the next heartbeat
             log.warning("stopping the replays of subscriptions delivered elsewhere now failed: %s", e)
         if release:
+            # Recorded on the control-plane log before the lease is free: the next holder's
+            # record of taking it then comes after this one's of giving it up.
+            await self._record()
             with contextlib.suppress(StoreError):
                 await self._store.release_leases(m.me, [subscription_key(i) for i in sorted(sub_ids)])
         log.info("subscriptions %s are delivered elsewhere now", sorted(sub_ids))

@@ -144,6 +144,9 @@ class Delivery:
         self._router: Router | None = None
         self.note_ids = NoteIds(store)
         """Ids for batches pushed before they are recorded (``direct``)."""
+        self.draining = False
+        """The process is stopping: workers finish the push in flight and what records it,
+        then end; nothing new starts (:meth:`drain`)."""
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
@@ -224,8 +227,22 @@ class Delivery:
             d = self._data[e.seq] = _decode_data(e.data)
         return d
 
+    async def drain(self, timeout_s: float) -> int:
+        """Let every worker finish its push in flight and the writes that record it, for at
+        most ``timeout_s``; return how many were still running then (they are cancelled
+        with the rest, and what they pushed is pending, or past the stored cursor: pushed
+        again by whoever delivers the subscription next)."""
+        self.draining = True
+        for w in self._workers.values():
+            w.wakeup.set()
+        tasks = list(self._tasks.values())
+        if not tasks:
+            return 0
+        _, running = await asyncio.wait(tasks, timeout=timeout_s)
+        return len(running)
+
     def add(self, sub: SubscriptionRecord) -> None:
-        if self.task_group is None or sub.id in self._workers:
+        if self.task_group is None or sub.id in self._workers or self.draining:
             return
         if self._owns is not None and not self._owns(sub.id):
             return  # another broadcaster delivers it (docs/scaling.md)
@@ -324,6 +341,22 @@ class Delivery:
             task.cancel()
         elif sub_id in self._workers:  # dormant
             self._forget(sub_id)
+
+    async def hand_off(self, sub_ids: set[int], grace_s: float) -> None:
+        """Stop delivering ``sub_ids`` here, letting each worker finish its push in flight
+        and record it first, for at most ``grace_s`` (the lease goes to another broadcaster,
+        which then need not push that batch again); stop the rest at once."""
+        tasks = []
+        for sub_id in sub_ids:
+            w, task = self._workers.get(sub_id), self._tasks.get(sub_id)
+            if w is not None and task is not None:
+                w.leaving = True
+                w.wakeup.set()
+                tasks.append(task)
+        if tasks and grace_s > 0:
+            await asyncio.wait(tasks, timeout=grace_s)
+        for sub_id in sorted(sub_ids):
+            await self.stop_worker(sub_id)
 
     async def stop_worker(self, sub_id: int) -> None:
         """Stop delivering ``sub_id`` here and wait until its worker has stopped (its

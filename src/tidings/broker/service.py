@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..core.netpolicy import AddressPolicy
 from ..core.wire import ConfirmResult
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from ..outbound import Outbound
 from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
@@ -123,6 +123,8 @@ class Broker:
                 heartbeat_s=settings.heartbeat_s, lease_s=settings.lease_s,
             )
         self._cluster_task: asyncio.Task[None] | None = None
+        self._draining = False
+        self._started = False
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -163,6 +165,7 @@ class Broker:
                 self._retention_task = asyncio.create_task(
                     self.retention.run(self.settings.retention_interval_s), name="tidings-retention"
                 )
+            self._started = True
         except BaseException:
             if self.forwarding is not None:
                 await self.forwarding.close()
@@ -170,7 +173,47 @@ class Broker:
             await self.outbound.__aexit__(None, None, None)
             raise
 
+    @property
+    def draining(self) -> bool:
+        """Stopping: ``/readyz`` answers unready; set on SIGTERM, before anything stops."""
+        return self._draining
+
+    def begin_draining(self) -> None:
+        self._draining = True
+
+    async def readiness(self) -> list[str]:
+        """Why this process should not be sent traffic now (empty: ready): stopping,
+        not started, the store unreachable, or, with other broadcasters, its leases not
+        renewed (its last heartbeats failed)."""
+        problems = []
+        if self._draining:
+            problems.append("stopping")
+        if not self._started:
+            problems.append("starting: the registry is not loaded yet")
+            return problems
+        try:
+            await asyncio.wait_for(self.store.head(), 2.0)
+        except (StoreError, TimeoutError) as e:
+            problems.append(f"the store is unreachable: {e or 'no answer in 2 s'}")
+        if self.cluster is not None and time.monotonic() > self.membership.valid_until:
+            problems.append("its leases are not renewed: the last heartbeats failed")
+        return problems
+
     async def stop(self) -> None:
+        """Stop gracefully: replays first (they push through the workers), then every
+        worker finishes its push in flight and records it (within ``drain_s``), then the
+        leases are released at once for the others to take, then the rest."""
+        self._draining = True
+        if self._replay_task is not None:
+            self._replay_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._replay_task
+            self._replay_task = None
+        if self._runner is not None:
+            left = await self.delivery.drain(self.settings.drain_s)
+            if left:
+                log.warning("%d subscription(s) still pushing after %.1f s (TIDINGS_DRAIN_S): stopped; what they "
+                            "pushed is sent again by whoever delivers them next", left, self.settings.drain_s)
         for task in (self._cluster_task, self._retention_task, self._replay_task):
             if task is not None:
                 task.cancel()

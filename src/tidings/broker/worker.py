@@ -106,6 +106,8 @@ class Worker(Redelivery, DirectPush):
         self.dormant = False
         """Stopped, its task ended: a stopped subscription costs no task while it waits
         (``Delivery.subscription_changed`` starts one again)."""
+        self.leaving = False
+        """Handed to another broadcaster (``Delivery.hand_off``): end as when draining."""
         self.write_failed: Exception | None = None
         """A store write made behind the pushes (a settle, a confirmed batch's record)
         that failed: the worker starts again from the store before anything else."""
@@ -183,6 +185,9 @@ class Worker(Redelivery, DirectPush):
                 # comes while this round awaits (a route, a redrive, new events) is kept,
                 # and the worker looks again instead of sleeping on work already queued.
                 self.wakeup.clear()
+                if self.d.draining or self.leaving:  # what was pushed is recorded; then end
+                    await self.settled()
+                    return
                 if self.write_failed is not None:
                     failed, self.write_failed = self.write_failed, None
                     await self.settled()
@@ -283,6 +288,10 @@ class Worker(Redelivery, DirectPush):
             self.scan = min(self.scan, self.done_upto)
 
     def _stopped(self) -> bool:
+        """Nothing more is pushed: the subscription is stopped, or the process is
+        (what is not pushed stays pending in the store)."""
+        if self.d.draining or self.leaving:
+            return True
         conf = self.d.registry.sub_configs.get(self.sub.id)
         return conf is not None and conf.stopped
 
