@@ -226,9 +226,10 @@ def _good(**over: str) -> dict[str, str]:
     (_good(**{"ce-dataschema": "relative/path"}), b"1", "dataschema"),
     (_good(**{"ce-datacontenttype": "text/plain"}), b"1", "datacontenttype"),
     (_good(), b"{not json", "datacontenttype"),
+    (_good(**{"ce-data": "x"}), b"1", "data"),
 ], ids=["no-id", "no-source", "no-type", "specversion", "extension-name", "time-words", "time-feb-30",
         "time-space", "id-too-long", "id-empty", "non-utf8", "control-char", "source-space", "dataschema-relative",
-        "ce-datacontenttype", "not-json"])
+        "ce-datacontenttype", "not-json", "ce-data"])
 async def test_binary_refusals_name_the_attribute(ce: Ce, headers: dict[str, str], body: bytes,
                                                   attribute: str) -> None:
     status, answer = await ce.post(body, headers)

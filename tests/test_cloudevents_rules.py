@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core import cloudevents, tracecontext, values
+from tidings.core import cloudevents, cloudevents_push, tracecontext, values
 from tidings.core.jsonview import json_view
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -120,3 +122,70 @@ def test_bounds_are_named() -> None:
     assert e.value.status == 431
     with pytest.raises(cloudevents.CloudEventError, match="at most 3 events"):
         cloudevents.from_http("ns", cloudevents.BATCH, [], b"[" + b",".join([b"{}"] * 4) + b"]", max_events=3)
+
+
+# -- out: core.cloudevents_push ----------------------------------------------------------
+
+
+@given(st.integers(0, 2**63 - 1))
+def test_rfc3339_is_the_calendar(ns: int) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    got = cloudevents_push.rfc3339(ns)
+    seconds, frac = divmod(ns, 10**9)
+    want = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+    assert got == want + (f".{frac:09d}" if frac else "") + "Z"
+
+
+def _note(data: Any, headers: list[Any], note_id: int = 7) -> cloudevents_push.Note:
+    return cloudevents_push.Note(note_id, 3, "ns", 1_700_000_000_000_000_001, json.dumps(data).encode(),
+                                 json.dumps(headers).encode())
+
+
+_wire = st.recursive(
+    st.builds(lambda n: {"Nat": n}, st.integers(0, 2**70)) | st.builds(lambda t: {"Text": t}, st.text(max_size=8))
+    | st.builds(lambda b: {"Bool": b}, st.booleans()) | st.builds(lambda n: {"Int": n}, st.integers(-(2**40), 0))
+    | st.builds(lambda b: {"Blob": base64.b64encode(b).decode()}, st.binary(max_size=4))
+    | st.just({"Option": None}) | st.builds(lambda p: {"Principal": p}, st.just("aaaaa-aa")),
+    lambda inner: st.builds(lambda xs: {"Array": xs}, st.lists(inner, max_size=3))
+    | st.builds(lambda kv: {"Map": [[k, v] for k, v in kv.items()]}, st.dictionaries(st.text(max_size=3), inner,
+                                                                                    max_size=3)),
+    max_leaves=6,
+)
+_keys = st.sampled_from(["cloudevents:id", "cloudevents:source", "cloudevents:type", "cloudevents:specversion",
+                         "cloudevents:time", "cloudevents:datacontenttype", "cloudevents:x", "cloudevents:Bad Name",
+                         "cloudevents:data:absent", "traceparent", "tracestate", "other"])
+
+
+@settings(max_examples=300)
+@given(data=_wire, headers=st.lists(st.tuples(_keys, _wire | st.builds(lambda t: {"Text": t}, st.text())),
+                                    max_size=8))
+def test_any_event_pushes_as_a_cloudevent(data: Any, headers: list[Any]) -> None:
+    """Whatever headers a publisher set (``cloudevents:*`` headers are not reserved), the
+    push is a CloudEvent with the required attributes, and no header value can break the
+    HTTP request (binary mode percent-encodes)."""
+    for mode in cloudevents_push.MODES:
+        body, http_headers = cloudevents_push.push([_note(data, headers)], mode)
+        for name, value in http_headers.items():
+            assert value.isascii() and value.isprintable(), (name, value)
+        attrs = ({k[3:]: unquote(v) for k, v in http_headers.items() if k.startswith("ce-")} if mode == "binary"
+                 else json.loads(body))
+        assert attrs["specversion"] == "1.0" and attrs["tidingsnotification"] == "7"
+        assert all(isinstance(attrs[k], str) and attrs[k] for k in ("id", "source", "type", "time"))
+        (batched,) = json.loads(cloudevents_push.push([_note(data, headers)] * 2, mode)[0])[:1]
+        assert batched["id"] == attrs["id"]
+
+
+@settings(max_examples=200)
+@given(_json, st.dictionaries(st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True).filter(
+    lambda k: k not in {"id", "source", "type", "specversion", "time", "subject", "dataschema", "datacontenttype",
+                        "traceparent", "tracestate", "tidingsnotification", "tidingseventid", "tidingsnamespace"}),
+    st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=8) | st.booleans()
+    | st.integers(-(2**31), 2**31 - 1), max_size=3))
+def test_a_cloudevent_goes_out_as_it_came_in(data: Any, extensions: dict[str, Any]) -> None:
+    sent = {"specversion": "1.0", "id": "x", "source": "/s", "type": "t", "time": "2026-01-01T00:00:00Z",
+            **extensions, "data": data}
+    (event,) = cloudevents.from_http("ns", cloudevents.STRUCTURED, [], json.dumps(sent).encode(), max_events=1)
+    body, _ = cloudevents_push.push([_note(event.data, event.headers)], "structured")
+    got = json.loads(body)
+    assert {k: v for k, v in got.items() if not k.startswith("tidings")} == sent

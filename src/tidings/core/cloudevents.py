@@ -50,6 +50,7 @@ __all__ = [
     "from_http",
     "is_json",
     "media_type",
+    "valid_attribute",
 ]
 
 PREFIX: Final = "cloudevents:"
@@ -168,6 +169,8 @@ def _attribute(name: str, value: Any, index: int | None) -> Any:
         raise CloudEventError(
             name[:MAX_NAME], "an attribute name holds only a-z and 0-9 (CloudEvents 1.0 §3.1.1)", index=index
         )
+    if name == "data":  # the JSON format's member for the data; never an attribute
+        raise CloudEventError(name, "is reserved for the data (JSON format §3.1)", index=index)
     if name not in _CORE:
         if type(value) is bool:
             return {"Bool": value}
@@ -185,6 +188,16 @@ def _attribute(name: str, value: Any, index: int | None) -> Any:
     elif name == "dataschema":
         _check_uri(name, text, index, absolute=True)
     return {"Text": text}
+
+
+def valid_attribute(name: str, value: Any) -> bool:
+    """Whether ``value`` (a JSON string, boolean or integer) may be attribute ``name``'s,
+    by the rules a CloudEvent received is held to."""
+    try:
+        _attribute(name, value, None)
+    except CloudEventError:
+        return False
+    return True
 
 
 def _headers(attributes: dict[str, Any], index: int | None, trace: tuple[str | None, str | None]) -> list[Any]:
