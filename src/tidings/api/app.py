@@ -25,6 +25,7 @@ from ..console import console_routes
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply, warning_header
+from .asyncapi import asyncapi_route
 from .cloudevents import cloudevents_route
 from .confluent import ENDPOINTS, confluent_routes
 from .methods import METHODS
@@ -170,6 +171,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             WebSocketRoute("/v1/stream", stream.serve),
             relay_route(broker, error_response),
             cloudevents_route(broker, error_response),
+            asyncapi_route(broker, error_response),
             Route("/v1/{method}", call, methods=["POST"]),
             Route("/v1/{method}", method_not_allowed,
                   methods=["GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"]),

@@ -1,0 +1,178 @@
+"""``GET /asyncapi.json`` and ``tidings asyncapi`` (docs/asyncapi.md): a document the
+official AsyncAPI 3.0.0 JSON Schema accepts (vendored from npm ``@asyncapi/specs``
+6.11.1, Apache-2.0: tests/asyncapi/), every bound schema under its channel in its own
+format, every reference resolving, and each principal seeing only its own view."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jsonschema
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidings.core.asyncapi import channel_key
+
+from .conftest import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+SPEC = json.loads((Path(__file__).parent / "asyncapi" / "asyncapi-3.0.0.schema.json").read_text())
+VALIDATOR = jsonschema.Draft7Validator(SPEC)
+
+JSON_2020 = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+             "properties": {"total": {"type": "integer"}}, "required": ["total"]}
+JSON_07 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+           "properties": {"sku": {"type": "string"}}}
+AVRO = {"type": "record", "name": "Payment", "namespace": "com.example",
+        "fields": [{"name": "amount", "type": "long"}, {"name": "currency", "type": "string"}]}
+PROTO = 'syntax = "proto3";\npackage shop;\nmessage Refund {\n  string id = 1;\n  int64 cents = 2;\n}\n'
+
+
+async def call(http: aiohttp.ClientSession, server: ServerProcess, method: str, arg: Any, token: str) -> Any:
+    async with http.post(f"{server.url}/v1/{method}", data=json.dumps(arg),
+                         headers={"authorization": f"Bearer {token}"}) as r:
+        body = await r.json()
+        assert r.status == 200, body
+        return body
+
+
+async def document(http: aiohttp.ClientSession, server: ServerProcess, token: str | None) -> tuple[int, Any]:
+    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+    async with http.get(f"{server.url}/asyncapi.json", headers=headers) as r:
+        return r.status, await r.json()
+
+
+def valid(doc: Any) -> None:
+    errors = sorted(VALIDATOR.iter_errors(doc), key=lambda e: list(e.path))
+    assert not errors, [f"{list(e.path)}: {e.message[:300]}" for e in errors[:5]]
+    # What the JSON Schema cannot say: every $ref resolves, and an operation's messages
+    # are messages of its own channel (AsyncAPI 3.0, Operation Object).
+    def resolve(ref: str) -> Any:
+        node = doc
+        for part in ref.removeprefix("#/").split("/"):
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        return node
+
+    def refs(node: Any) -> list[str]:
+        if isinstance(node, dict):
+            own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+            return own + [r for v in node.values() for r in refs(v)]
+        if isinstance(node, list):
+            return [r for v in node for r in refs(v)]
+        return []
+
+    for ref in refs({k: v for k, v in doc.items() if k != "channels"}) + refs(
+            [c["messages"] for c in doc["channels"].values()]):
+        resolve(ref)
+    for op in doc["operations"].values():
+        channel = op["channel"]["$ref"]
+        for m in op["messages"]:
+            assert m["$ref"].startswith(channel + "/messages/")
+
+
+async def test_the_document_is_valid_asyncapi_with_every_schema_kind(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    server: ServerProcess = server_factory(xmpp_component="tidings.localhost")
+    admin = server.admin_token
+    async with aiohttp.ClientSession() as http:
+        ids = {}
+        for name, fmt, model in [("orders", "JSON", json.dumps(JSON_2020)), ("items", "JSON", json.dumps(JSON_07)),
+                                 ("payments", "AVRO", json.dumps(AVRO)), ("refunds", "PROTOBUF", PROTO)]:
+            (r,) = await call(http, server, "register_schema", [{"model": model, "format": fmt}], admin)
+            ids[name] = r["Ok"]["id"]
+        bob = (await call(http, server, "tidings_create_principal", {"name": "bob"}, admin))["token"]
+        alice = (await call(http, server, "tidings_create_principal", {"name": "alice"}, admin))["token"]
+        await call(http, server, "icrc72_register_publication", [
+            {"namespace": f"shop.{name}", "config": [["tidings:publication:schema", {"Nat": sid}]]}
+            for name, sid in ids.items()
+        ] + [
+            {"namespace": "shop.plain"},
+            {"namespace": "shop.secret", "config": [
+                ["icrc72:publication:subscribers:disallowed:list", {"Array": [{"Principal": "bob"}]}]]},
+        ], admin)
+        await call(http, server, "icrc72_register_publication", [{"namespace": "alice.own"}], alice)
+        await call(http, server, "icrc72_register_subscription", [
+            {"namespace": "shop.*", "endpoint": "http://127.0.0.1:9/",
+             "config": [["tidings:subscription:cloudevents", {"Text": "structured"}]]},
+            {"namespace": "shop.orders", "endpoint": "http://127.0.0.1:9/",
+             "config": [["tidings:subscription:cloudevents", {"Text": "binary"}]]},
+        ], alice)
+
+        status, doc = await document(http, server, admin)
+        assert status == 200
+        valid(doc)
+        assert doc["asyncapi"] == "3.0.0"
+        assert set(doc["servers"]) == {"http", "stream", "xmpp"}
+        assert doc["servers"]["http"]["host"] == f"127.0.0.1:{server.port}"
+        assert doc["servers"]["xmpp"]["host"] == "tidings.localhost"
+        assert doc["components"]["securitySchemes"]["bearer"] == {
+            "type": "http", "scheme": "bearer", "description": doc["components"]["securitySchemes"]["bearer"][
+                "description"]}
+        # Each bound schema under its channel, in its own format.
+        want = {
+            "orders": ("application/schema+json;version=2020-12", JSON_2020),
+            "items": ("application/schema+json;version=draft-07", JSON_07),
+            "payments": ("application/vnd.apache.avro+json;version=1.9.0", AVRO),
+            "refunds": ("application/vnd.google.protobuf;version=3", PROTO),
+        }
+        for name, (fmt, schema) in want.items():
+            channel = doc["channels"][f"ns-shop.{name}"]
+            assert channel["address"] == f"shop.{name}"
+            assert channel["messages"]["event"]["payload"] == {"schemaFormat": fmt, "schema": schema}
+            ops = doc["operations"]
+            assert ops[f"publish.ns-shop.{name}"]["action"] == "send"
+            assert ops[f"receive.ns-shop.{name}"]["action"] == "receive"
+        assert "schemaFormat" not in doc["channels"]["ns-shop.plain"]["messages"]["event"]["payload"]
+        notification = doc["channels"]["ns-shop.plain"]["messages"]["notification"]
+        assert set(notification["headers"]["required"]) == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+        # The admin subscribes with no pattern and chose no CloudEvents.
+        assert not any(k.startswith("pattern-") for k in doc["channels"])
+        assert not any(m.startswith("cloudevent") for c in doc["channels"].values() for m in c["messages"])
+
+        # Alice: her pattern and her CloudEvents modes; she publishes only to her own.
+        status, doc = await document(http, server, alice)
+        valid(doc)
+        pattern = doc["channels"][channel_key("shop.*", True)]
+        assert pattern["address"] == "shop.*" and "shop.orders" in pattern["description"]
+        assert set(pattern["messages"]) == {"notification", "cloudevent-structured", "cloudevent-batch"}
+        orders = doc["channels"]["ns-shop.orders"]["messages"]
+        assert set(orders) == {"notification", "cloudevent-binary", "cloudevent-batch"}
+        assert orders["cloudevent-binary"]["payload"]["schema"] == JSON_2020
+        assert "publish.ns-shop.orders" not in doc["operations"]
+        assert doc["operations"]["publish.ns-alice.own"]["action"] == "send"
+
+        # Bob: not the namespace that refuses him, nothing of Alice's subscriptions.
+        status, doc = await document(http, server, bob)
+        valid(doc)
+        assert "ns-shop.secret" not in doc["channels"]
+        assert "ns-shop.orders" in doc["channels"]
+        assert not any(k.startswith("pattern-") for k in doc["channels"])
+        assert not any(m.startswith("cloudevent") for c in doc["channels"].values() for m in c["messages"])
+        assert not any(k.startswith("publish.") for k in doc["operations"])
+
+        status, body = await document(http, server, None)
+        assert status == 401
+        status, body = await document(http, server, "nonsense")
+        assert status == 401
+
+    # The command prints the same document.
+    out = subprocess.run([sys.executable, "-m", "tidings", "asyncapi", "--url", server.url, "--token", bob],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == doc
+
+
+@given(st.text(alphabet="ab_:*.-é", max_size=6), st.text(alphabet="ab_:*.-é", max_size=6), st.booleans(),
+       st.booleans())
+def test_channel_keys_are_safe_and_distinct(a: str, b: str, pa: bool, pb: bool) -> None:
+    ka, kb = channel_key(a, pa), channel_key(b, pb)
+    assert all(c.isascii() and (c.isalnum() or c in "._-") for c in ka)
+    assert (ka == kb) == ((a, pa) == (b, pb))
