@@ -27,7 +27,7 @@ from . import tracecontext
 from .cloudevents import ABSENT, BATCH, PREFIX, STRUCTURED, is_json, valid_attribute
 from .jsonview import json_view
 
-__all__ = ["MODES", "Note", "push"]
+__all__ = ["ALLOWED_HEADER", "MODES", "ORIGIN_HEADER", "Note", "handshake_refusal", "push", "rfc3339"]
 
 MODES: Final = ("binary", "structured")
 """The values of ``tidings:subscription:cloudevents``."""
@@ -192,3 +192,23 @@ def push(notes: Sequence[Note], mode: Literal["binary", "structured"] | str) -> 
     if form == "bytes":
         return data, headers
     return (data.encode() if form == "text" else b""), headers
+
+
+ORIGIN_HEADER: Final = "WebHook-Request-Origin"
+ALLOWED_HEADER: Final = "WebHook-Allowed-Origin"
+
+
+def handshake_refusal(status: int | None, code: str, allowed: str | None, origin: str) -> str | None:
+    """Why an endpoint's answer to the CloudEvents webhook validation request (an
+    ``OPTIONS`` with ``WebHook-Request-Origin: origin``; CloudEvents Web Hooks §4.1)
+    does not let ``origin`` push to it, or None: a 2xx whose ``WebHook-Allowed-Origin``
+    is ``origin`` or ``*``. ``code`` is the call's outcome (``timeout``...)."""
+    if status is None:
+        return f"the endpoint did not answer the CloudEvents webhook handshake ({code})"
+    if not 200 <= status < 300:
+        return f"the endpoint answered the CloudEvents webhook handshake with {status}"
+    given = (allowed or "").strip()
+    if given not in (origin, "*"):
+        return (f"the endpoint's {ALLOWED_HEADER} does not allow {origin!r}"
+                + ("" if given else " (the header is missing)") + " (CloudEvents webhook handshake)")
+    return None

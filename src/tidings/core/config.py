@@ -58,6 +58,8 @@ AUTHORIZATION_URL = "tidings:publication:authorization:url"
 AUTHORIZATION_TIMEOUT_MS = "tidings:publication:authorization:timeoutMs"
 CLOUDEVENTS = "tidings:subscription:cloudevents"
 """Pushes as CloudEvents (docs/cloudevents.md): Text ``binary`` or ``structured``."""
+HANDSHAKE = "tidings:subscription:cloudevents:handshake"
+"""Bool: the endpoint must allow tidings' origin (CloudEvents webhook handshake) first."""
 SCHEMA = "tidings:publication:schema"
 """The schema events are checked against: a Nat schema id, or a Text name (its latest Active version)."""
 
@@ -123,6 +125,8 @@ class SubscriptionConfig:
     cloudevents: str | None = None
     """``binary`` or ``structured``: pushes are CloudEvents in that HTTP mode (batched
     when a push holds several); None: tidings' own JSON array of notifications."""
+    handshake: bool = False
+    """The endpoint must pass the CloudEvents webhook handshake when it is registered."""
 
     @classmethod
     def read(cls, pairs: Iterable[Sequence[Any]]) -> SubscriptionConfig:
@@ -159,6 +163,9 @@ class SubscriptionConfig:
             if not isinstance(v, dict) or v.get("Text") not in ("binary", "structured"):
                 raise ImproperConfig(CLOUDEVENTS, 'expected Text "binary" or "structured"')
             cloudevents = v["Text"]
+        handshake = _bool(c, HANDSHAKE, False)
+        if handshake and cloudevents is None:
+            raise ImproperConfig(HANDSHAKE, f"asks for the CloudEvents webhook handshake: set {CLOUDEVENTS} too")
 
         def secs(key: str) -> float | None:
             v = ms[key]
@@ -167,7 +174,7 @@ class SubscriptionConfig:
         return cls(
             text, predicate, skip, stopped, controllers, reliable, on_error,
             secs(RETRY_INITIAL_MS), secs(RETRY_MAX_MS), secs(ACK_DEADLINE_MS), attempts, secs(MAX_AGE_MS),
-            cloudevents,
+            cloudevents, handshake,
         )
 
     def passes(self, event_id: int, data: Any) -> bool:
