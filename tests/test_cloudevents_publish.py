@@ -282,7 +282,7 @@ async def test_hostile_requests_are_clear_4xx(ce: Ce) -> None:
     # A huge header set: bounded, refused as a whole.
     many = b"".join(b"x-h%d: %b\r\n" % (i, b"v" * 100) for i in range(1000))
     status, body = await _raw_request(ce, start + ok + b"ce-id: 1\r\n" + many, b"")
-    assert status in (400, 431), body
+    assert status == 431 and b"headers" in body, body
     # Too many attributes.
     attrs = b"".join(b"ce-x%d: v\r\n" % i for i in range(100))
     status, body = await _raw_request(ce, start + ok + b"ce-id: 1\r\n" + attrs, b"")
