@@ -17,6 +17,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .conftest import ServerProcess, eventually, read_body, respond
 
@@ -311,3 +313,45 @@ async def test_hostile_requests_are_clear_4xx(ce: Ce) -> None:
     status, answer = await ce.post(b"1", _good())
     assert (status, answer) == (200, [{"Ok": [1]}])
     assert "Traceback" not in (ce.server.data_dir / "server.log").read_text()
+
+
+_hostile_values = st.sampled_from([b"1.0", b"0.3", b"", b"x" * 300, b"%FF", b"%00", b"\xff\xfe", b"caf\xc3\xa9",
+                                   b"2026-11-27T08:00:00Z", b"2026-99-99T99:99:99Z", b"/s", b"has space",
+                                   b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"])
+_names = st.sampled_from([b"ce-specversion", b"ce-id", b"ce-source", b"ce-type", b"ce-time", b"ce-subject",
+                          b"ce-dataschema", b"ce-x", b"ce-bad_name", b"ce-", b"ce-data", b"traceparent"])
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.text(max_size=6)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+_structured = st.fixed_dictionaries(
+    {}, optional={"specversion": st.sampled_from(["1.0", "0.3", 1]), "id": st.text(max_size=4) | st.integers(),
+                  "source": st.sampled_from(["/s", "", "a b", "urn:x"]), "type": st.just("t"),
+                  "time": st.sampled_from(["2026-11-27T08:00:00Z", "now", "2026-02-29T00:00:00Z"]),
+                  "data": _json_values, "data_base64": st.sampled_from(["AAE=", "!!", 5]),
+                  "ext": _json_values, "Bad": st.just("x")},
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    headers=st.lists(st.tuples(_names, _hostile_values), max_size=7),
+    content_type=st.sampled_from([b"application/json", b"text/plain", b"application/cloudevents+json",
+                                  b"application/cloudevents-batch+json", b"application/cloudevents+xml", None]),
+    body=st.binary(max_size=30) | _structured.map(lambda d: json.dumps(d).encode())
+    | st.lists(_structured, max_size=3).map(lambda d: json.dumps(d).encode()),
+)
+async def test_any_request_is_answered_without_a_5xx(
+    ce: Ce, headers: list[tuple[bytes, bytes]], content_type: bytes | None, body: bytes
+) -> None:
+    path = f"/v1/cloudevents/{ce.ns}".encode()
+    head = b"POST %b HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %b\r\n" % (path, ce.server.admin_token.encode())
+    if content_type is not None:
+        head += b"content-type: " + content_type + b"\r\n"
+    head += b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+    status, answer = await _raw_request(ce, head, body)
+    assert status < 500, answer
+    if status != 200:
+        assert json.loads(answer)["error"]["message"]
