@@ -170,8 +170,8 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         routes=[
             WebSocketRoute("/v1/stream", stream.serve),
             relay_route(broker, error_response),
-            cloudevents_route(broker, error_response),
-            asyncapi_route(broker, error_response),
+            cloudevents_route(broker, api_error),
+            asyncapi_route(broker, api_error),
             Route("/v1/{method}", call, methods=["POST"]),
             Route("/v1/{method}", method_not_allowed,
                   methods=["GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"]),

@@ -23,7 +23,7 @@ from .. import __version__
 from ..broker import Broker
 from ..core import asyncapi
 from ..core.namespaces import is_pattern, is_system
-from ..errors import ApiError
+from ..errors import ApiError, StoreUnavailable
 from ..store import PrincipalRecord
 
 __all__ = ["asyncapi_document", "asyncapi_route"]
@@ -78,12 +78,14 @@ def asyncapi_document(b: Broker, caller: PrincipalRecord, base_url: str) -> dict
     return asyncapi.document(channels, asyncapi.Servers(base_url, xmpp), version=__version__, caller=caller.name)
 
 
-def asyncapi_route(broker: Broker, error_response: Callable[[int, str, str], Response]) -> Route:
+def asyncapi_route(broker: Broker, refuse: Callable[[ApiError | StoreUnavailable], Response]) -> Route:
+    """The route; ``refuse`` answers a refused request as the rest of the API does."""
+
     async def serve(request: Request) -> Response:
         try:
             caller = await broker.auth.principal(request.headers.get("authorization"))
-        except ApiError as e:
-            return error_response(e.status, e.code, e.message)
+        except (ApiError, StoreUnavailable) as e:
+            return refuse(e)
         # The servers are the broadcaster's advertised URL (TIDINGS_ADVERTISE_URL, or its
         # listen address): the same through every front process, and no Host header
         # of the request is echoed.

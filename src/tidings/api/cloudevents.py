@@ -19,7 +19,7 @@ from starlette.routing import Route
 from ..bodies import read_body
 from ..broker import Broker
 from ..core import cloudevents
-from ..errors import ApiError
+from ..errors import ApiError, StoreUnavailable
 from ._method import warning_header
 
 __all__ = ["cloudevents_route"]
@@ -27,8 +27,9 @@ __all__ = ["cloudevents_route"]
 _encode = msgspec.json.Encoder().encode
 
 
-def cloudevents_route(broker: Broker, error_response: Callable[[int, str, str], Response]) -> Route:
-    """The route; ``error_response`` answers an ``ApiError`` as the rest of the API does."""
+def cloudevents_route(broker: Broker, refuse: Callable[[ApiError | StoreUnavailable], Response]) -> Route:
+    """The route; ``refuse`` answers an ``ApiError`` (or a store that cannot be reached:
+    503) as the rest of the API does."""
     limit = broker.settings.max_body_bytes
 
     async def publish(request: Request) -> Response:
@@ -43,9 +44,11 @@ def cloudevents_route(broker: Broker, error_response: Callable[[int, str, str], 
             warnings: list[str] = []
             results = await broker.broadcaster.publish(caller, events, warnings)
         except cloudevents.CloudEventError as e:
-            return error_response(e.status, "invalid_cloudevent", str(e))
-        except ApiError as e:
-            return error_response(e.status, e.code, e.message)
+            refusal = ApiError(str(e), code="invalid_cloudevent")
+            refusal.status = e.status
+            return refuse(refusal)
+        except (ApiError, StoreUnavailable) as e:
+            return refuse(e)
         except ClientDisconnect:
             return Response(status_code=400)
         status = cloudevents.answer_status(results, cloudevents.media_type(content_type) == cloudevents.BATCH)
