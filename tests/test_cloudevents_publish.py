@@ -355,3 +355,32 @@ async def test_any_request_is_answered_without_a_5xx(
     assert status < 500, answer
     if status != 200:
         assert json.loads(answer)["error"]["message"]
+
+
+async def test_the_webhook_handshake_as_a_receiver(ce: Ce) -> None:
+    """tidings answers the CloudEvents webhook validation request (Web Hooks §4.2) of a
+    sender that may publish to the namespace, echoing its origin; nobody else."""
+    async def options(headers: dict[str, str], token: str | None = None, path: str | None = None) -> Any:
+        return await ce.http.options(path or ce.url, headers={**ce.auth(token), **headers})
+
+    async with await options({"WebHook-Request-Origin": "eventgrid.azure.net"}) as r:
+        assert r.status == 200
+        assert r.headers["WebHook-Allowed-Origin"] == "eventgrid.azure.net"
+        assert "POST" in r.headers["Allow"]
+    async with await options({}) as r:
+        assert r.status == 200 and "WebHook-Allowed-Origin" not in r.headers
+    async with ce.http.options(ce.url, headers={"WebHook-Request-Origin": "x.example"}) as r:
+        assert r.status == 401 and "WebHook-Allowed-Origin" not in r.headers
+    stranger = await ce.api("tidings_create_principal", {"name": f"eve{uuid.uuid4().hex[:6]}"})
+    async with await options({"WebHook-Request-Origin": "x.example"}, stranger["token"]) as r:
+        assert r.status == 403 and "WebHook-Allowed-Origin" not in r.headers
+    async with await options({"WebHook-Request-Origin": "a b"}) as r:
+        assert r.status == 400
+    async with await options({"WebHook-Request-Origin": "x" * 256}) as r:
+        assert r.status == 400
+    async with await options({"WebHook-Request-Origin": "x.example"},
+                             path=f"{ce.server.url}/v1/cloudevents/com.example.nothing") as r:
+        assert r.status == 404
+    async with ce.http.get(ce.url, headers=ce.auth()) as r:
+        assert r.status == 405 and (await r.json())["error"]["code"] == "method_not_allowed"
+        assert "POST" in r.headers["Allow"]

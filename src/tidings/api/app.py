@@ -26,7 +26,7 @@ from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailabl
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply, warning_header
 from .asyncapi import asyncapi_route
-from .cloudevents import cloudevents_route
+from .cloudevents import cloudevents_routes
 from .confluent import ENDPOINTS, confluent_routes
 from .methods import METHODS
 from .openapi import openapi_document
@@ -170,7 +170,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         routes=[
             WebSocketRoute("/v1/stream", stream.serve),
             relay_route(broker, error_response),
-            cloudevents_route(broker, api_error),
+            *cloudevents_routes(broker, api_error),
             asyncapi_route(broker, api_error),
             Route("/v1/{method}", call, methods=["POST"]),
             Route("/v1/{method}", method_not_allowed,

@@ -19,16 +19,16 @@ from starlette.routing import Route
 from ..bodies import read_body
 from ..broker import Broker
 from ..core import cloudevents
-from ..errors import ApiError, StoreUnavailable
+from ..errors import ApiError, BadRequest, Forbidden, StoreUnavailable
 from ._method import warning_header
 
-__all__ = ["cloudevents_route"]
+__all__ = ["cloudevents_routes"]
 
 _encode = msgspec.json.Encoder().encode
 
 
-def cloudevents_route(broker: Broker, refuse: Callable[[ApiError | StoreUnavailable], Response]) -> Route:
-    """The route; ``refuse`` answers an ``ApiError`` (or a store that cannot be reached:
+def cloudevents_routes(broker: Broker, refuse: Callable[[ApiError | StoreUnavailable], Response]) -> list[Route]:
+    """The routes; ``refuse`` answers an ``ApiError`` (or a store that cannot be reached:
     503) as the rest of the API does."""
     limit = broker.settings.max_body_bytes
 
@@ -57,4 +57,41 @@ def cloudevents_route(broker: Broker, refuse: Callable[[ApiError | StoreUnavaila
             headers["Retry-After"] = "1"
         return Response(_encode(results), status_code=status, media_type="application/json", headers=headers)
 
-    return Route("/v1/cloudevents/{namespace}", publish, methods=["POST"])
+    async def handshake(request: Request) -> Response:
+        # CloudEvents Web Hooks §4.2: a sender (Azure Event Grid, a Knative sink binding
+        # that validates...) asks with OPTIONS whether it may post here. Allowed: a
+        # caller that may publish to the namespace; its origin is echoed back.
+        namespace = request.path_params["namespace"]
+        try:
+            caller = await broker.auth.principal(request.headers.get("authorization"))
+            origin = request.headers.get("webhook-request-origin")
+            if origin is not None and not cloudevents.valid_origin(origin):
+                raise BadRequest("WebHook-Request-Origin is not a host name (printable ASCII, at most 255 "
+                                 "characters)", code="invalid_argument")
+            await broker.orchestrator.known([namespace])
+            refusal = broker.orchestrator.publish_refusal(caller.name, namespace)
+            if refusal is not None:
+                raise Forbidden(refusal)
+        except (ApiError, StoreUnavailable) as e:
+            return refuse(e)
+        headers = {"Allow": "POST, OPTIONS"}
+        if origin is not None:
+            headers["WebHook-Allowed-Origin"] = origin
+        return Response(status_code=200, headers=headers)
+
+    async def not_allowed(request: Request) -> Response:
+        answer = refuse(_MethodNotAllowed("CloudEvents are published with POST (OPTIONS: the webhook handshake)"))
+        answer.headers["Allow"] = "POST, OPTIONS"
+        return answer
+
+    path = "/v1/cloudevents/{namespace}"
+    return [
+        Route(path, publish, methods=["POST"]),
+        Route(path, handshake, methods=["OPTIONS"]),
+        Route(path, not_allowed, methods=["GET", "HEAD", "PUT", "DELETE", "PATCH", "TRACE", "CONNECT"]),
+    ]
+
+
+class _MethodNotAllowed(ApiError):
+    status = 405
+    default_code = "method_not_allowed"

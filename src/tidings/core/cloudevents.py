@@ -51,6 +51,7 @@ __all__ = [
     "is_json",
     "media_type",
     "valid_attribute",
+    "valid_origin",
 ]
 
 PREFIX: Final = "cloudevents:"
@@ -85,6 +86,7 @@ _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:", re.ASCII)
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _URI_BAD: Final = re.compile(r"[\x00-\x20\x7f-\U0010ffff\"<>\\^`{|}]")
 _INT32: Final = (-(2**31), 2**31 - 1)
+_ORIGIN: Final = re.compile(r"[!-~]{1,255}", re.ASCII)
 _decode = msgspec.json.decode
 _STATUS: Final = {"Unauthorized": 403, "NotFound": 404, "Busy": 429, "GenericError": 422, "ImproperId": 400}
 
@@ -188,6 +190,12 @@ def _attribute(name: str, value: Any, index: int | None) -> Any:
     elif name == "dataschema":
         _check_uri(name, text, index, absolute=True)
     return {"Text": text}
+
+
+def valid_origin(origin: str) -> bool:
+    """Whether ``origin`` (a ``WebHook-Request-Origin``) may be echoed back as allowed: a
+    DNS name or similar token, printable ASCII without spaces, at most 255 characters."""
+    return _ORIGIN.fullmatch(origin) is not None and "," not in origin
 
 
 def valid_attribute(name: str, value: Any) -> bool:
