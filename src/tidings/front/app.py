@@ -205,9 +205,11 @@ def front_app(config: FrontConfig) -> Starlette:
                 warning = resp.headers.get("warning")
         except aiohttp.ClientError:
             return _error(503, "unavailable", "the broker is not reachable; retry shortly")
-        status = cloudevents.answer_status(
-            _decode_results(answer), cloudevents.media_type(content_type) == cloudevents.BATCH
-        )
+        try:
+            results = _decode_results(answer)
+        except (*UNDECODABLE, UnicodeDecodeError):  # not the broker's usual answer: relayed as it came
+            results = []
+        status = cloudevents.answer_status(results, cloudevents.media_type(content_type) == cloudevents.BATCH)
         headers = {"Warning": warning} if warning else {}
         if status == 429:
             headers["Retry-After"] = "1"
