@@ -220,3 +220,40 @@ async def test_the_mode_is_checked(h: Harness) -> None:
                                                          "config": [["tidings:subscription:cloudevents",
                                                                      {"Text": "xml"}]]}])
     assert "tidings:subscription:cloudevents" in r["Err"]["ImproperConfig"]
+
+
+async def test_an_icrc72_publish_keeps_the_requests_trace_context(server_factory: Any, endpoints: Any) -> None:
+    """The W3C trace context of an ``icrc72_publish`` request becomes each event's (an
+    event header) unless the event has its own, on whichever process the request lands
+    (a server of three: the broker and two fronts), and CloudEvents pushes carry it."""
+    server = server_factory(workers="3", retry_initial_s="0.05")
+    rx = Receiver()
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with aiohttp.ClientSession() as http:
+        h = Harness(server, http, "com.example.trace", endpoints)
+        await h.api("icrc72_register_publication", [{"namespace": h.ns}])
+        await h.subscribe("structured", rx)
+        for i in range(6):
+            async with aiohttp.ClientSession() as fresh, fresh.post(  # a connection of its own: any process
+                f"{server.url}/v1/icrc72_publish", headers={
+                    "authorization": f"Bearer {server.admin_token}", "traceparent": TRACEPARENT,
+                    "tracestate": "v=1"},
+                data=json.dumps([{"namespace": h.ns, "data": {"Nat": i}},
+                                 {"namespace": h.ns, "data": {"Nat": i}, "headers": [["traceparent", {"Text": own}]]},
+                                 ]) if i % 2 else json.dumps([{"namespace": h.ns, "data": {"Nat": i}}]),
+            ) as r:
+                assert r.status == 200, await r.text()
+        async with http.post(f"{server.url}/v1/icrc72_publish", headers={
+                "authorization": f"Bearer {server.admin_token}", "traceparent": "00-bad-01"},
+                data=json.dumps([{"namespace": h.ns, "data": {"Nat": 99}}])) as r:
+            assert r.status == 200
+        await eventually(lambda: sum(len(p.json()) if p.headers["content-type"].endswith("batch+json") else 1
+                                     for p in rx.pushes) == 10)
+    events = []
+    for p in rx.pushes:
+        events.extend(p.json() if p.headers["content-type"].endswith("batch+json") else [p.json()])
+    by_data = [(e["data"], e.get("traceparent"), e.get("tracestate")) for e in events]
+    assert by_data.count((99, None, None)) == 1
+    assert sorted(x for x in by_data if x[0] != 99) == sorted(
+        [(i, TRACEPARENT, "v=1") for i in range(6)] + [(i, own, None) for i in (1, 3, 5)]
+    )

@@ -22,6 +22,7 @@ from starlette.routing import Route, WebSocketRoute
 from ..bodies import read_body
 from ..broker import Broker
 from ..console import console_routes
+from ..core import ingest
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply, warning_header
@@ -107,6 +108,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
                 raise BadRequest("the body is not valid UTF-8", code="malformed_json") from None
             except RecursionError:
                 raise BadRequest("the body is nested too deeply", code="invalid_argument") from None
+            if name == "icrc72_publish" and "traceparent" in request.headers:
+                # The request's trace context is each event's that has none of its own.
+                ingest.add_trace_context(arg, request.headers["traceparent"], request.headers.get("tracestate"))
             result = await method.handler(broker, caller, arg)
         except (ApiError, StoreUnavailable) as e:
             # StoreUnavailable: the database restarts, fails over or is cut off: retryable.

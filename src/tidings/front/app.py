@@ -101,7 +101,8 @@ def front_app(config: FrontConfig) -> Starlette:
             return await refuse(request, e.status, e.code, e.message)
         except ClientDisconnect:
             return Response(status_code=400)
-        batch = _prepare(body, config.max_batch_items)
+        batch = _prepare(body, config.max_batch_items, request.headers.get("traceparent"),
+                         request.headers.get("tracestate"))
         try:
             if batch is None:  # not a plain good batch: the broker gives the answer it always gives
                 async with upstream().post(
@@ -238,15 +239,20 @@ def front_app(config: FrontConfig) -> Starlette:
     )
 
 
-def _prepare(body: bytes, max_items: int) -> ingest.PublishBatch | None:
+def _prepare(
+    body: bytes, max_items: int, traceparent: str | None = None, tracestate: str | None = None
+) -> ingest.PublishBatch | None:
     """The batch for the broker, or None when the body is anything but a good batch
-    (malformed, too many events, a value that is not ICRC-16)."""
+    (malformed, too many events, a value that is not ICRC-16). The request's trace
+    context goes to the events without one (``ingest.add_trace_context``)."""
     try:
         events = _decode_events(body)
     except (*UNDECODABLE, UnicodeDecodeError):
         return None
     if not events or len(events) > max_items:
         return None
+    if traceparent is not None:
+        ingest.add_trace_context(events, traceparent, tracestate)
     now = time.time_ns()
     try:
         rows, refused = ingest.prepare(events, now)
