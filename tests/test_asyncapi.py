@@ -14,10 +14,11 @@ from typing import Any
 import aiohttp
 import jsonschema
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.core.asyncapi import channel_key
+from tidings.core.asyncapi import BoundSchema, ChannelView, Servers, channel_key, schema_format
+from tidings.core.asyncapi import document as asyncapi_document
 
 from .conftest import ServerProcess
 
@@ -174,3 +175,40 @@ def test_channel_keys_are_safe_and_distinct(a: str, b: str, pa: bool, pb: bool) 
     ka, kb = channel_key(a, pa), channel_key(b, pb)
     assert all(c.isascii() and (c.isalnum() or c in "._-") for c in ka)
     assert (ka == kb) == ((a, pa) == (b, pb))
+
+
+_SCHEMAS = [
+    BoundSchema(1, "JSON", json.dumps(JSON_2020)), BoundSchema(2, "JSON", json.dumps(JSON_07)),
+    BoundSchema(3, "AVRO", json.dumps(AVRO)), BoundSchema(4, "PROTOBUF", PROTO),
+    BoundSchema(5, "JSON", json.dumps({"$schema": "http://json-schema.org/draft-04/schema#", "type": "string"})),
+    BoundSchema(6, "JSON", "true"),
+]
+_segment = st.from_regex(r"[A-Za-z0-9_:\-]{1,6}", fullmatch=True)
+_namespace = st.lists(_segment, min_size=1, max_size=3).map(".".join)
+_pattern = st.lists(_segment | st.just("*"), min_size=1, max_size=3).map(".".join) | _namespace.map(
+    lambda n: n + ".**")
+_views = st.lists(
+    st.builds(ChannelView, _namespace, send=st.booleans(), receive=st.booleans(),
+              schema=st.none() | st.sampled_from(_SCHEMAS),
+              cloudevents=st.frozensets(st.sampled_from(["binary", "structured"])))
+    | st.builds(lambda p, modes: ChannelView(p, pattern=True, receive=True, cloudevents=modes), _pattern,
+                st.frozensets(st.sampled_from(["binary", "structured"]))),
+    max_size=6, unique_by=lambda v: (v.address, v.pattern),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_views, st.sampled_from(["http://127.0.0.1:8072", "https://tidings.example.com"]),
+       st.none() | st.just("tidings.example.com"))
+def test_any_view_writes_a_valid_document(views: list[ChannelView], url: str, xmpp: str | None) -> None:
+    doc = asyncapi_document(views, Servers(url, xmpp), version="0.1.0", caller="alice")
+    valid(doc)
+    for v in views:
+        key = channel_key(v.address, v.pattern)
+        if not (v.send or v.receive):
+            assert key not in doc["channels"]
+            continue
+        messages = doc["channels"][key]["messages"]
+        if v.schema is not None and v.send and not v.pattern:
+            assert messages["event"]["payload"]["schemaFormat"] == schema_format(v.schema)[0]
+        assert ("cloudevent-binary" in messages) == ("binary" in v.cloudevents and v.receive)
