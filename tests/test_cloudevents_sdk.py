@@ -137,7 +137,10 @@ async def test_a_batch_is_read_by_the_sdk(sdk_server: ServerProcess, endpoints: 
     hold = asyncio.Event()
     inner = rx.__call__
 
+    entered: list[int] = []
+
     async def held(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        entered.append(1)
         await hold.wait()
         await inner(scope, receive, send)
 
@@ -148,15 +151,16 @@ async def test_a_batch_is_read_by_the_sdk(sdk_server: ServerProcess, endpoints: 
         await api(http, sdk_server, "icrc72_register_subscription", [{
             "namespace": ns, "endpoint": ep.url, "config": [["tidings:subscription:cloudevents", {"Text": "binary"}]]}])
         events = sdk_events()
-        for event in events:
+        for i, event in enumerate(events):
             message = to_structured(event, FORMAT)
             async with http.post(f"{sdk_server.url}/v1/cloudevents/{ns}", data=message.body, headers={
                     "authorization": f"Bearer {sdk_server.admin_token}", **message.headers}) as resp:
                 assert resp.status == 200
-        await asyncio.sleep(0.3)  # the first push is held; the other two wait behind it
+            if i == 0:  # the first push is held at the receiver; the other two wait behind it
+                await eventually(lambda: entered)
         hold.set()
         await eventually(lambda: len(rx.events) == 3)
-    assert rx.modes[0] == "binary" and "batch" in rx.modes
+    assert rx.modes == ["binary", "batch"]
     assert [comparable(e) for e in rx.events] == [comparable(e) for e in events]
 
 
