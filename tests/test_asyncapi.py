@@ -50,6 +50,16 @@ async def document(http: aiohttp.ClientSession, server: ServerProcess, token: st
         return r.status, await r.json()
 
 
+def deref(doc: Any, node: Any) -> Any:
+    """``node``, or what its ``$ref`` (within the document) points at."""
+    while isinstance(node, dict) and "$ref" in node:
+        target = doc
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
 def valid(doc: Any) -> None:
     errors = sorted(VALIDATOR.iter_errors(doc), key=lambda e: list(e.path))
     assert not errors, [f"{list(e.path)}: {e.message[:300]}" for e in errors[:5]]
@@ -127,13 +137,14 @@ async def test_the_document_is_valid_asyncapi_with_every_schema_kind(
         for name, (fmt, schema) in want.items():
             channel = doc["channels"][f"ns-shop.{name}"]
             assert channel["address"] == f"shop.{name}"
-            assert channel["messages"]["event"]["payload"] == {"schemaFormat": fmt, "schema": schema}
+            assert deref(doc, channel["messages"]["event"]["payload"]) == {"schemaFormat": fmt, "schema": schema}
             ops = doc["operations"]
             assert ops[f"publish.ns-shop.{name}"]["action"] == "send"
             assert ops[f"receive.ns-shop.{name}"]["action"] == "receive"
-        assert "schemaFormat" not in doc["channels"]["ns-shop.plain"]["messages"]["event"]["payload"]
+        assert "schemaFormat" not in deref(doc, doc["channels"]["ns-shop.plain"]["messages"]["event"]["payload"])
         notification = doc["channels"]["ns-shop.plain"]["messages"]["notification"]
-        assert set(notification["headers"]["required"]) == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+        assert set(deref(doc, notification["headers"])["required"]) == {
+            "webhook-id", "webhook-timestamp", "webhook-signature"}
         # The admin subscribes with no pattern and chose no CloudEvents.
         assert not any(k.startswith("pattern-") for k in doc["channels"])
         assert not any(m.startswith("cloudevent") for c in doc["channels"].values() for m in c["messages"])
@@ -146,7 +157,7 @@ async def test_the_document_is_valid_asyncapi_with_every_schema_kind(
         assert set(pattern["messages"]) == {"notification", "cloudevent-structured", "cloudevent-batch"}
         orders = doc["channels"]["ns-shop.orders"]["messages"]
         assert set(orders) == {"notification", "cloudevent-binary", "cloudevent-batch"}
-        assert orders["cloudevent-binary"]["payload"]["schema"] == JSON_2020
+        assert deref(doc, orders["cloudevent-binary"]["payload"])["schema"] == JSON_2020
         assert "publish.ns-shop.orders" not in doc["operations"]
         assert doc["operations"]["publish.ns-alice.own"]["action"] == "send"
 
@@ -210,5 +221,10 @@ def test_any_view_writes_a_valid_document(views: list[ChannelView], url: str, xm
             continue
         messages = doc["channels"][key]["messages"]
         if v.schema is not None and v.send and not v.pattern:
-            assert messages["event"]["payload"]["schemaFormat"] == schema_format(v.schema)[0]
+            assert deref(doc, messages["event"]["payload"])["schemaFormat"] == schema_format(v.schema)[0]
         assert ("cloudevent-binary" in messages) == ("binary" in v.cloudevents and v.receive)
+    # Each bound schema is written once, however many channels use it, and only if used.
+    text = json.dumps(doc["channels"])
+    for key in doc["components"]["schemas"]:
+        if key.startswith("schema-"):
+            assert f'"#/components/schemas/{key}"' in text

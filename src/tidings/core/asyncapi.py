@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["BoundSchema", "ChannelView", "Servers", "channel_key", "document", "schema_format"]
+__all__ = ["BoundSchema", "ChannelView", "Servers", "channel_key", "document", "schema_format", "schema_key"]
 
 ASYNCAPI: Final = "3.0.0"
 _JSON_DRAFTS: Final = {
@@ -168,14 +168,36 @@ def _headers(properties: dict[str, Any], required: Sequence[str]) -> dict[str, A
     return {"type": "object", "properties": properties, "required": list(required)}
 
 
+_REQUIRED_WEBHOOK: Final = ("webhook-id", "webhook-timestamp", "webhook-signature")
+_SHARED: Final = {
+    # Written once in components.schemas and referred to from every channel, so that the
+    # document grows by a few hundred bytes per channel, and by each bound schema once.
+    "webhook-headers": _headers(_WEBHOOK_HEADERS, _REQUIRED_WEBHOOK),
+    "cloudevent-binary-headers": _headers(
+        {**_WEBHOOK_HEADERS, **_CE_HEADERS}, (*_REQUIRED_WEBHOOK, "ce-specversion", "ce-id", "ce-source", "ce-type")
+    ),
+    "notifications": _NOTIFICATIONS,
+    "cloudevent": _ENVELOPE,
+    "cloudevents": {"type": "array", "items": {"$ref": "#/components/schemas/cloudevent"}},
+    "any-value": {"description": "Any ICRC-16 value: no schema is bound."},
+    "pattern-events": {"description": "The events of the namespaces the pattern covers; see their channels."},
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def schema_key(s: BoundSchema) -> str:
+    """The key of a bound schema in ``components.schemas``."""
+    return f"schema-{s.id}"
+
+
 def _messages(c: ChannelView) -> dict[str, Any]:
-    payload: Any
     if c.schema is not None and not c.pattern:
-        fmt, schema = schema_format(c.schema)
-        payload = {"schemaFormat": fmt, "schema": schema}
+        payload = _ref(schema_key(c.schema))
     else:
-        payload = {"description": "Any ICRC-16 value: no schema is bound" if not c.pattern
-                   else "The events of the namespaces the pattern covers; see their channels."}
+        payload = _ref("pattern-events" if c.pattern else "any-value")
     out: dict[str, Any] = {}
     if c.send and not c.pattern:
         out["event"] = {
@@ -187,30 +209,26 @@ def _messages(c: ChannelView) -> dict[str, Any]:
             "payload": payload,
         }
     if c.receive:
-        webhook = _headers(_WEBHOOK_HEADERS, ("webhook-id", "webhook-timestamp", "webhook-signature"))
         out["notification"] = {
             "name": "notification", "title": "A push of notifications", "contentType": "application/json",
-            "headers": webhook, "payload": _NOTIFICATIONS,
+            "headers": _ref("webhook-headers"), "payload": _ref("notifications"),
         }
-        both = {**_WEBHOOK_HEADERS, **_CE_HEADERS}
-        required = ("webhook-id", "webhook-timestamp", "webhook-signature")
         if "binary" in c.cloudevents:
             out["cloudevent-binary"] = {
                 "name": "cloudevent-binary", "title": "One CloudEvent, binary mode",
-                "headers": _headers(both, (*required, "ce-specversion", "ce-id", "ce-source", "ce-type")),
-                "payload": payload,
+                "headers": _ref("cloudevent-binary-headers"), "payload": payload,
             }
         if "structured" in c.cloudevents:
             out["cloudevent-structured"] = {
                 "name": "cloudevent-structured", "title": "One CloudEvent, structured mode",
                 "contentType": "application/cloudevents+json",
-                "headers": _headers(_WEBHOOK_HEADERS, required), "payload": _ENVELOPE,
+                "headers": _ref("webhook-headers"), "payload": _ref("cloudevent"),
             }
         if c.cloudevents:
             out["cloudevent-batch"] = {
                 "name": "cloudevent-batch", "title": "Several CloudEvents in one push, batched mode",
                 "contentType": "application/cloudevents-batch+json",
-                "headers": _headers(_WEBHOOK_HEADERS, required), "payload": {"type": "array", "items": _ENVELOPE},
+                "headers": _ref("webhook-headers"), "payload": _ref("cloudevents"),
             }
     return out
 
@@ -236,11 +254,16 @@ def document(channels: Iterable[ChannelView], servers: Servers, *, version: str,
     """The AsyncAPI 3.0 document for ``caller``'s view."""
     chans: dict[str, Any] = {}
     ops: dict[str, Any] = {}
+    schemas: dict[str, Any] = dict(_SHARED)
     for c in sorted(channels, key=lambda c: (c.pattern, c.address)):
         key = channel_key(c.address, c.pattern)
         messages = _messages(c)
         if not messages:
             continue
+        uses_schema = "event" in messages or "cloudevent-binary" in messages
+        if c.schema is not None and not c.pattern and uses_schema and schema_key(c.schema) not in schemas:
+            fmt, schema = schema_format(c.schema)
+            schemas[schema_key(c.schema)] = {"schemaFormat": fmt, "schema": schema}
         chan: dict[str, Any] = {"address": c.address, "messages": messages}
         if c.pattern:
             chan["description"] = "A pattern you subscribe with; it covers " + (
@@ -264,7 +287,7 @@ def document(channels: Iterable[ChannelView], servers: Servers, *, version: str,
         "servers": _servers(servers),
         "channels": chans,
         "operations": ops,
-        "components": {"securitySchemes": {"bearer": {
+        "components": {"schemas": schemas, "securitySchemes": {"bearer": {
             "type": "http", "scheme": "bearer",
             "description": "A principal's token: Authorization: Bearer <token> (docs/operations.md).",
         }}},
