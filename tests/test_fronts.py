@@ -3,6 +3,7 @@ server of one does, whichever process a connection lands on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -197,8 +198,6 @@ async def _raw_post(server: ServerProcess, path: str, headers: list[tuple[bytes,
                     token: str | None = None) -> tuple[int, Any]:
     """One request written byte for byte on a connection of its own (header bytes that
     are not UTF-8, repeated headers: what an HTTP client library would not send)."""
-    import asyncio
-
     head = b"POST %b HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %b\r\n" % (
         path.encode(), (token or server.admin_token).encode())
     head += b"".join(k + b": " + v + b"\r\n" for k, v in headers)

@@ -44,9 +44,7 @@ def cloudevents_routes(broker: Broker, refuse: Callable[[ApiError | StoreUnavail
             warnings: list[str] = []
             results = await broker.broadcaster.publish(caller, events, warnings)
         except cloudevents.CloudEventError as e:
-            refusal = ApiError(str(e), code="invalid_cloudevent")
-            refusal.status = e.status
-            return refuse(refusal)
+            return refuse(_Refused(str(e), e.status, "invalid_cloudevent"))
         except (ApiError, StoreUnavailable) as e:
             return refuse(e)
         except ClientDisconnect:
@@ -80,7 +78,9 @@ def cloudevents_routes(broker: Broker, refuse: Callable[[ApiError | StoreUnavail
         return Response(status_code=200, headers=headers)
 
     async def not_allowed(request: Request) -> Response:
-        answer = refuse(_MethodNotAllowed("CloudEvents are published with POST (OPTIONS: the webhook handshake)"))
+        answer = refuse(_Refused(
+            "CloudEvents are published with POST (OPTIONS: the webhook handshake)", 405, "method_not_allowed"
+        ))
         answer.headers["Allow"] = "POST, OPTIONS"
         return answer
 
@@ -92,6 +92,9 @@ def cloudevents_routes(broker: Broker, refuse: Callable[[ApiError | StoreUnavail
     ]
 
 
-class _MethodNotAllowed(ApiError):
-    status = 405
-    default_code = "method_not_allowed"
+class _Refused(ApiError):
+    """A refusal whose status is known only when it happens (400, 415, 431; 405)."""
+
+    def __init__(self, message: str, status: int, code: str) -> None:
+        super().__init__(message, code=code)
+        self.status = status
