@@ -3,6 +3,7 @@ server of one does, whichever process a connection lands on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -191,3 +192,66 @@ def test_a_second_server_on_a_port_in_use_refuses_to_start(server_factory: Calla
     for _ in range(10):  # every connection still reaches the first server
         with urllib.request.urlopen(f"{first.url}/healthz", timeout=5) as r:
             assert r.status == 200
+
+
+async def _raw_post(server: ServerProcess, path: str, headers: list[tuple[bytes, bytes]], body: bytes,
+                    token: str | None = None) -> tuple[int, Any]:
+    """One request written byte for byte on a connection of its own (header bytes that
+    are not UTF-8, repeated headers: what an HTTP client library would not send)."""
+    head = b"POST %b HTTP/1.1\r\nhost: x\r\nauthorization: Bearer %b\r\n" % (
+        path.encode(), (token or server.admin_token).encode())
+    head += b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(head + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    raw = rest.partition(b"\r\n\r\n")[2]
+    try:
+        return int(status_line.split()[1]), json.loads(raw)
+    except ValueError:
+        return int(status_line.split()[1]), raw
+
+
+_CE = [(b"ce-specversion", b"1.0"), (b"ce-id", b"1"), (b"ce-source", b"s"), (b"ce-type", b"t")]
+_JSON_CT = (b"content-type", b"application/json")
+CE_CASES: list[tuple[str, list[tuple[bytes, bytes]], bytes, str | None]] = [
+    (NS, [*_CE, _JSON_CT], b'{"a": 1}', None),  # 200
+    (NS, [*_CE, (b"ce-subject", b"\xff\xfe"), _JSON_CT], b"1", None),  # not UTF-8: 400
+    (NS, [*_CE, (b"ce-subject", "é".encode()), _JSON_CT], b"1", None),  # raw UTF-8: 200
+    (NS, [*_CE, (b"ce-id", b"2"), _JSON_CT], b"1", None),  # repeated: 400
+    (NS, [*_CE, (b"ce-time", b"noon"), _JSON_CT], b"1", None),  # 400
+    (NS, [*_CE, _JSON_CT], b"{", None),  # declared JSON, is not: 400
+    (NS, [*_CE, _JSON_CT], b"1", "bad-token"),  # 401
+    (NS, [*_CE[1:], _JSON_CT], b"1", "bad-token"),  # 401 before the missing specversion
+    (NS, [*_CE, _JSON_CT], b"x" * 5000, None),  # 413
+    ("fronts.unknown", [*_CE, _JSON_CT], b"1", None),  # 404
+    (NS, [(b"content-type", b"application/cloudevents-batch+json")],
+     json.dumps([{"specversion": "1.0", "id": str(i), "source": "s", "type": "t"} for i in range(6)]).encode(),
+     None),  # more than max_batch_items: 400
+    (NS, [(b"content-type", b"application/cloudevents-batch+json")], b"[]", None),  # empty: 200 []
+    (NS, [(b"content-type", b"application/cloudevents+json")], b"[" * 1500 + b"]" * 1500, None),  # too deep
+    (NS, [(b"content-type", b"application/cloudevents+json")],
+     json.dumps({"specversion": "1.0", "id": "1", "source": "s", "type": "t",
+                 "data": json.loads("[" * 900 + "]" * 900)}).encode(), None),  # deep data: a 4xx
+]
+
+
+async def test_cloudevents_get_the_single_process_answers(pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """``/v1/cloudevents/<ns>`` is taken by the fronts themselves (docs/cloudevents.md):
+    byte for byte the answers of a server of one process, good and hostile requests."""
+    answers: dict[str, list[Any]] = {}
+    for server, label in zip(pair, ("one", "many"), strict=True):
+        await call(server, "icrc72_register_publication", json.dumps([{"namespace": NS, "config": []}]))
+        got = []
+        for ns, headers, body, token in CE_CASES * 3:
+            status, answer = await _raw_post(server, f"/v1/cloudevents/{ns}", headers, body, token)
+            got.append((status, _shape(answer)))
+        answers[label] = got
+    for case, one, many in zip(CE_CASES * 3, answers["one"], answers["many"], strict=True):
+        assert one == many, case
+    assert [s for s, _ in answers["one"][:len(CE_CASES)]] == [
+        200, 400, 200, 400, 400, 400, 401, 401, 413, 404, 400, 200, 400, 400]

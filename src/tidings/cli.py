@@ -13,6 +13,7 @@
     tidings replay register|cancel|status|list|fund|credit ... (see _cli_replay)
     tidings pipeline archive|expire|compact|vacuum|stats ... (see pipeline/cli.py)
     tidings archive [compact|expire|vacuum] ... (the same archive actions)
+    tidings asyncapi [--url U] [--token T]   (the AsyncAPI 3.0 document, docs/asyncapi.md)
 
 ``principal`` commands work on the embedded store directly (also while the server
 runs), so the first tokens can be made before any exists.
@@ -91,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
         d = dsub.add_parser(name, help=help_, parents=[after])
         d.add_argument("ids", type=int, nargs="+")
 
+    aa = sub.add_parser("asyncapi", help="print the AsyncAPI 3.0 document of what the token's principal may "
+                        "publish to and receive (GET /asyncapi.json)")
+    _api_options(aa)
+
     schema_common = argparse.ArgumentParser(add_help=False)
     schema_common.add_argument("--url", default=argparse.SUPPRESS, help="the service (env TIDINGS_URL)")
     schema_common.add_argument("--token", default=argparse.SUPPRESS, help="bearer token (env TIDINGS_TOKEN)")
@@ -135,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_archive(args)
         if args.command == "dead-letters":
             return asyncio.run(_dead_letters(args))
+        if args.command == "asyncapi":
+            return asyncio.run(_asyncapi(args))
         if args.command == "schema":
             token = _api_token(args)
             if token is None:
@@ -227,6 +234,23 @@ async def _dead_letters(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     finally:
         await client.close()
+
+
+async def _asyncapi(args: argparse.Namespace) -> int:
+    import aiohttp
+
+    token = _api_token(args)
+    if token is None:
+        return 2
+    async with aiohttp.ClientSession() as http, http.get(
+        args.url.rstrip("/") + "/asyncapi.json", headers={"authorization": f"Bearer {token}"}
+    ) as resp:
+        body = await resp.read()
+    if resp.status != 200:
+        print(f"tidings: {resp.status}: {body.decode(errors='replace')}", file=sys.stderr)
+        return 1
+    print(msgspec.json.format(body, indent=2).decode())
+    return 0
 
 
 if __name__ == "__main__":

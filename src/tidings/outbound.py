@@ -184,6 +184,12 @@ class Outbound:
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int
     ) -> Answer:
+        return await self.request("POST", url, body, headers, timeout_s=timeout_s, max_bytes=max_bytes)
+
+    async def request(
+        self, method: str, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int
+    ) -> Answer:
+        """One call of ``method`` (``POST``; ``OPTIONS`` for the CloudEvents webhook handshake)."""
         if self._session is None:
             raise RuntimeError("Outbound is not open")
         if self.literal_problem(url) is not None:
@@ -191,8 +197,8 @@ class Outbound:
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, self._connect_timeout_s))
         try:
             async with asyncio.timeout(timeout_s + 1):  # the body read too, whatever the peer does
-                async with self._session.post(
-                    url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                async with self._session.request(
+                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
                 ) as resp:
                     data, truncated = await read_bounded(resp, max_bytes)
                     if truncated:
@@ -202,7 +208,7 @@ class Outbound:
                     return Answer(code, status, data, truncated, resp.headers.get("Retry-After"), resp.headers)
         except Exception as e:  # every failure becomes a code; CancelledError is not an Exception
             code = failure_code(e)
-            log.debug("outbound POST failed: %s (%s)", code, type(e).__name__)
+            log.debug("outbound %s failed: %s (%s)", method, code, type(e).__name__)
             return Answer(code)
 
 

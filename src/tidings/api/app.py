@@ -22,9 +22,12 @@ from starlette.routing import Route, WebSocketRoute
 from ..bodies import read_body
 from ..broker import Broker
 from ..console import console_routes
+from ..core import ingest
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply, warning_header
+from .asyncapi import asyncapi_route
+from .cloudevents import cloudevents_routes
 from .confluent import ENDPOINTS, confluent_routes
 from .methods import METHODS
 from .openapi import openapi_document
@@ -105,6 +108,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
                 raise BadRequest("the body is not valid UTF-8", code="malformed_json") from None
             except RecursionError:
                 raise BadRequest("the body is nested too deeply", code="invalid_argument") from None
+            if name == "icrc72_publish" and "traceparent" in request.headers:
+                # The request's trace context is each event's that has none of its own.
+                ingest.add_trace_context(arg, request.headers["traceparent"], request.headers.get("tracestate"))
             result = await method.handler(broker, caller, arg)
         except (ApiError, StoreUnavailable) as e:
             # StoreUnavailable: the database restarts, fails over or is cut off: retryable.
@@ -176,6 +182,8 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         routes=[
             WebSocketRoute("/v1/stream", stream.serve),
             relay_route(broker, error_response),
+            *cloudevents_routes(broker, api_error),
+            asyncapi_route(broker, api_error),
             Route("/v1/{method}", call, methods=["POST"]),
             Route("/v1/{method}", method_not_allowed,
                   methods=["GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"]),

@@ -56,7 +56,7 @@ from . import confirmation
 from .accounting import event_stats
 from .direct import NoteIds
 from .metrics import Metrics
-from .push_body import PushBodies
+from .push_body import PushBodies, cloudevents_push
 from .registry import Registry
 from .routing import RoutedTo, Router
 from .tail import Tail
@@ -488,12 +488,12 @@ class Delivery:
         transport = self.transports.get(scheme) if colon else None
         if transport is not None:  # another protocol's face (xmpp: docs/xmpp.md)
             return await transport(sub, batch, conf)
-        body = self.notifications(batch, conf)
-        headers = {
-            "content-type": "application/json",
-            "x-tidings-subscription": str(sub.id),
-            "x-tidings-mode": sub.mode,
-        }
+        if conf.cloudevents is not None:  # the subscription asked for CloudEvents (docs/cloudevents.md)
+            body, headers = cloudevents_push(batch, conf.cloudevents)
+        else:
+            body, headers = self.notifications(batch, conf), {"content-type": "application/json"}
+        headers["x-tidings-subscription"] = str(sub.id)
+        headers["x-tidings-mode"] = sub.mode
         fence = self.fence_of(sub.id) if self._leases is not None else None
         if fence is not None:
             # Rises each time the subscription passes to another broadcaster: a receiver

@@ -88,8 +88,11 @@ class Orchestrator(RegistryQueries):
         max_publications: int = 1_000, max_subscriptions: int = 10_000,
         look_up: Callable[[Sequence[str], str | None], Awaitable[None]] | None = None,
         on_publication_changed: Callable[[str, str, str], None] = lambda action, namespace, principal: None,
+        handshake: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
         self._store = store
+        self._handshake = handshake
+        """The CloudEvents webhook handshake with an endpoint (``handshake.Handshake``)."""
         self._changed = on_publication_changed
         """Told ``(action, namespace, principal)`` of each publication change made here
         (``control_log.Commands``)."""
@@ -314,6 +317,10 @@ class Orchestrator(RegistryQueries):
             except cfg.ImproperConfig as e:
                 out.append(err("ImproperConfig", str(e)))
                 continue
+            refused = await self._handshake_problem(conf, reg.endpoint)
+            if refused is not None:
+                out.append(err("ImproperConfig", refused))
+                continue
             if not is_pattern(reg.namespace) and self.authorizer is not None:
                 denied = await self.authorizer.authorize(
                     self.pub_configs[reg.namespace], reg.namespace, caller.name, reg.authInfo, reg.endpoint
@@ -360,6 +367,11 @@ class Orchestrator(RegistryQueries):
                 out.append(err("ImproperConfig", str(e)))
                 continue
             moved = u.endpoint is not None and u.endpoint != sub.endpoint
+            if moved or not self.sub_configs[sub.id].handshake:
+                refused = await self._handshake_problem(conf, u.endpoint or sub.endpoint)
+                if refused is not None:
+                    out.append(err("ImproperConfig", refused))
+                    continue
             if (moved or u.authInfo is not UNSET) and self.authorizer is not None and not is_pattern(sub.namespace):
                 # The publisher approved a subscriber at an address with some credentials:
                 # a new address or new credentials are a new request (XEP-0021 §4.3).
@@ -383,6 +395,12 @@ class Orchestrator(RegistryQueries):
                 self.listener.subscription_changed(rec, started=started)
             out.append(ok(True))
         return out
+
+    async def _handshake_problem(self, conf: cfg.SubscriptionConfig, endpoint: str | None) -> str | None:
+        if not conf.handshake or self._handshake is None or endpoint is None or not endpoint.startswith("http"):
+            return None
+        refused = await self._handshake(endpoint)
+        return None if refused is None else f"{cfg.HANDSHAKE}: {refused}"
 
     async def set_stopped(self, caller: PrincipalRecord, ids: Sequence[int], stopped: bool) -> list[ItemResult]:
         return await self.update_subscriptions(

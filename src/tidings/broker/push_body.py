@@ -18,9 +18,10 @@ from typing import Final, Protocol
 
 import msgspec
 
+from ..core import cloudevents_push as ce
 from ..store import StoredEvent
 
-__all__ = ["PushBodies"]
+__all__ = ["PushBodies", "cloudevents_push"]
 
 _encode = msgspec.json.Encoder().encode
 _SENT_KEY = b'["icrc72:broadcaster:sent",{"Nat":'
@@ -106,3 +107,13 @@ class PushBodies:
                 part = self._of(e, keep_above)
             out.append(b'{"id":%d,%b%b%b%b' % (n.id, part, middle, opened, sent))
         return b"[" + b",".join(out) + b"]"
+
+
+def cloudevents_push(batch: Sequence[_Noted], mode: str) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a push of ``batch`` as CloudEvents, for a subscription
+    that asked for them in ``mode`` (``core.cloudevents_push``; docs/cloudevents.md)."""
+    return ce.push(
+        [ce.Note(n.id, n.event.id, n.event.namespace, n.event.timestamp, n.event.data, n.event.headers)
+         for n in batch],
+        mode,
+    )

@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..core.netpolicy import AddressPolicy
 from ..core.wire import ConfirmResult
@@ -34,6 +35,7 @@ from .control_log import Commands, ControlLog
 from .dead_letters import DeadLetters
 from .delivery import Delivery
 from .forwarding import Forwarding
+from .handshake import Handshake
 from .membership import Membership
 from .metrics import Metrics
 from .orchestrator import Orchestrator
@@ -90,6 +92,9 @@ class Broker:
             max_subscriptions=settings.max_subscriptions_per_principal,
             look_up=self._look_up if shared else None,
             **({"on_publication_changed": commands.publication_changed} if commands is not None else {}),
+            handshake=Handshake(
+                self.outbound, urlsplit(self.membership.url).hostname or "tidings", timeout_s=settings.push_timeout_s,
+            ).refusal,
         )
         self.dead_letters = DeadLetters(store, self.orchestrator, self.delivery)
         # Alone, a broadcaster owns every publication and has nobody to forward to.

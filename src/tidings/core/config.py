@@ -56,6 +56,10 @@ MAX_ATTEMPTS = "tidings:subscription:maxAttempts"
 MAX_AGE_MS = "tidings:subscription:maxAgeMs"
 AUTHORIZATION_URL = "tidings:publication:authorization:url"
 AUTHORIZATION_TIMEOUT_MS = "tidings:publication:authorization:timeoutMs"
+CLOUDEVENTS = "tidings:subscription:cloudevents"
+"""Pushes as CloudEvents (docs/cloudevents.md): Text ``binary`` or ``structured``."""
+HANDSHAKE = "tidings:subscription:cloudevents:handshake"
+"""Bool: the endpoint must allow tidings' origin (CloudEvents webhook handshake) first."""
 SCHEMA = "tidings:publication:schema"
 """The schema events are checked against: a Nat schema id, or a Text name (its latest Active version)."""
 
@@ -118,6 +122,11 @@ class SubscriptionConfig:
     max_attempts: int | None = None
     max_age_s: float | None = None
     """``None``: the service's setting applies."""
+    cloudevents: str | None = None
+    """``binary`` or ``structured``: pushes are CloudEvents in that HTTP mode (batched
+    when a push holds several); None: tidings' own JSON array of notifications."""
+    handshake: bool = False
+    """The endpoint must pass the CloudEvents webhook handshake when it is registered."""
 
     @classmethod
     def read(cls, pairs: Iterable[Sequence[Any]]) -> SubscriptionConfig:
@@ -148,6 +157,15 @@ class SubscriptionConfig:
             on_error = v["Text"]
         ms = {k: _positive_nat(c, k) for k in (RETRY_INITIAL_MS, RETRY_MAX_MS, ACK_DEADLINE_MS, MAX_AGE_MS)}
         attempts = _positive_nat(c, MAX_ATTEMPTS)
+        cloudevents = None
+        if CLOUDEVENTS in c:
+            v = c[CLOUDEVENTS]
+            if not isinstance(v, dict) or v.get("Text") not in ("binary", "structured"):
+                raise ImproperConfig(CLOUDEVENTS, 'expected Text "binary" or "structured"')
+            cloudevents = v["Text"]
+        handshake = _bool(c, HANDSHAKE, False)
+        if handshake and cloudevents is None:
+            raise ImproperConfig(HANDSHAKE, f"asks for the CloudEvents webhook handshake: set {CLOUDEVENTS} too")
 
         def secs(key: str) -> float | None:
             v = ms[key]
@@ -156,6 +174,7 @@ class SubscriptionConfig:
         return cls(
             text, predicate, skip, stopped, controllers, reliable, on_error,
             secs(RETRY_INITIAL_MS), secs(RETRY_MAX_MS), secs(ACK_DEADLINE_MS), attempts, secs(MAX_AGE_MS),
+            cloudevents, handshake,
         )
 
     def passes(self, event_id: int, data: Any) -> bool:

@@ -21,10 +21,10 @@ from typing import Final
 
 import msgspec
 
-from . import ids, values
+from . import ids, tracecontext, values
 from .wire import Event, GenericError, ItemResult, err
 
-__all__ = ["ERR_RESERVED_HEADER", "RESERVED_PREFIXES", "Prepared", "PublishBatch", "prepare"]
+__all__ = ["ERR_RESERVED_HEADER", "RESERVED_PREFIXES", "Prepared", "PublishBatch", "add_trace_context", "prepare"]
 
 ERR_RESERVED_HEADER: Final = 1
 """``GenericError.error_code``: a publisher tried to set a reserved header."""
@@ -61,6 +61,24 @@ def check_values(e: Event, where: str) -> None:
     if e.headers:
         for key, v in e.headers:
             values.check(v, f"{where}.headers.{key}")
+
+
+def add_trace_context(events: Sequence[Event], traceparent: str | None, tracestate: str | None) -> None:
+    """Give each event without a ``traceparent`` header of its own the trace context of
+    the request that published it (its W3C ``traceparent``/``tracestate`` HTTP headers),
+    as the Text headers ``traceparent`` and ``tracestate``; an invalid one is ignored
+    (``core.tracecontext``). CloudEvents pushes carry it on (docs/cloudevents.md)."""
+    context = tracecontext.trace_context(traceparent, tracestate)
+    if context is None:
+        return
+    extra: list[tuple[str, object]] = [(tracecontext.TRACEPARENT, {"Text": context.traceparent})]
+    if context.tracestate is not None:
+        extra.append((tracecontext.TRACESTATE, {"Text": context.tracestate}))
+    for e in events:
+        if not e.headers:
+            e.headers = list(extra)
+        elif all(k != tracecontext.TRACEPARENT for k, _ in e.headers):
+            e.headers = [*e.headers, *extra]
 
 
 def prepare(

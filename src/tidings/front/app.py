@@ -28,9 +28,9 @@ from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from ..bodies import read_body
-from ..core import ingest, values
+from ..core import cloudevents, ingest, values
 from ..core.undecodable import UNDECODABLE
-from ..core.wire import Event
+from ..core.wire import Event, ItemResult
 from ..errors import PayloadTooLarge
 
 __all__ = ["FrontConfig", "front_app"]
@@ -47,6 +47,7 @@ _METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"]
 _PASSABLE = frozenset({1000, 1001, 1007, 1008, 1009, 1011})  # close codes a client may send on
 _decode_events = msgspec.json.Decoder(list[Event]).decode
 _encode_batch = msgspec.msgpack.Encoder().encode
+_decode_results = msgspec.json.Decoder(list[ItemResult | None]).decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +84,25 @@ def front_app(config: FrontConfig) -> Starlette:
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP | {"content-length"}}
         return Response(body, status_code=resp.status, headers=headers)
 
+    async def refuse(request: Request, status: int, code: str, message: str) -> Response:
+        # The broker says whether the caller is known first (a stranger hears 401).
+        async with upstream().post(
+            "http://broker/_internal/auth",
+            headers={"authorization": request.headers.get("authorization", ""), _FRONT_HEADER: config.secret},
+        ) as resp:
+            if resp.status != 200:
+                return await relay(resp)
+        return _error(status, code, message)
+
     async def publish(request: Request) -> Response:
         try:
             body = await read_body(request, config.max_body_bytes)
         except PayloadTooLarge as e:
-            # The broker says whether the caller is known first (a stranger hears 401).
-            async with upstream().post(
-                "http://broker/_internal/auth",
-                headers={"authorization": request.headers.get("authorization", ""), _FRONT_HEADER: config.secret},
-            ) as resp:
-                if resp.status != 200:
-                    return await relay(resp)
-            return _error(e.status, e.code, e.message)
+            return await refuse(request, e.status, e.code, e.message)
         except ClientDisconnect:
             return Response(status_code=400)
-        batch = _prepare(body, config.max_batch_items)
+        batch = _prepare(body, config.max_batch_items, request.headers.get("traceparent"),
+                         request.headers.get("tracestate"))
         try:
             if batch is None:  # not a plain good batch: the broker gives the answer it always gives
                 async with upstream().post(
@@ -168,6 +173,49 @@ def front_app(config: FrontConfig) -> Starlette:
         await ws.accept(subprotocol=up.subprotocol)
         await _pump(ws, up)
 
+    async def publish_cloudevents(request: Request) -> Response:
+        # Taken here rather than passed through: the attributes' header bytes reach the
+        # check as they came (a proxy would re-encode them), and parsing spreads over cores.
+        content_type = request.headers.get("content-type")
+        try:
+            body = await read_body(request, config.max_body_bytes)
+            events = cloudevents.from_http(
+                request.path_params["namespace"], content_type, request.headers.raw, body,
+                max_events=config.max_batch_items,
+            )
+            now = time.time_ns()
+            rows, refused = ingest.prepare(events, now)
+        except PayloadTooLarge as e:
+            return await refuse(request, e.status, e.code, e.message)
+        except cloudevents.CloudEventError as e:
+            return await refuse(request, e.status, "invalid_cloudevent", str(e))
+        except values.InvalidValue as e:
+            return await refuse(request, 400, "invalid_value", str(e))
+        except ClientDisconnect:
+            return Response(status_code=400)
+        batch = ingest.PublishBatch(len(events), now, rows, [(i, ns, r) for i, (ns, r) in refused.items()])
+        try:
+            async with upstream().post(
+                "http://broker/_internal/publish", data=_encode_batch(batch),
+                headers={"authorization": request.headers.get("authorization", ""),
+                         "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
+            ) as resp:
+                if resp.status != 200:
+                    return await relay(resp)
+                answer = await resp.read()
+                warning = resp.headers.get("warning")
+        except aiohttp.ClientError:
+            return _error(503, "unavailable", "the broker is not reachable; retry shortly")
+        try:
+            results = _decode_results(answer)
+        except (*UNDECODABLE, UnicodeDecodeError):  # not the broker's usual answer: relayed as it came
+            results = []
+        status = cloudevents.answer_status(results, cloudevents.media_type(content_type) == cloudevents.BATCH)
+        headers = {"Warning": warning} if warning else {}
+        if status == 429:
+            headers["Retry-After"] = "1"
+        return Response(answer, status_code=status, media_type="application/json", headers=headers)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -182,6 +230,7 @@ def front_app(config: FrontConfig) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/icrc72_publish", publish, methods=["POST"]),
+            Route("/v1/cloudevents/{namespace}", publish_cloudevents, methods=["POST"]),
             WebSocketRoute("/{path:path}", websocket),
             Route("/{path:path}", proxy, methods=_METHODS),
         ],
@@ -190,15 +239,20 @@ def front_app(config: FrontConfig) -> Starlette:
     )
 
 
-def _prepare(body: bytes, max_items: int) -> ingest.PublishBatch | None:
+def _prepare(
+    body: bytes, max_items: int, traceparent: str | None = None, tracestate: str | None = None
+) -> ingest.PublishBatch | None:
     """The batch for the broker, or None when the body is anything but a good batch
-    (malformed, too many events, a value that is not ICRC-16)."""
+    (malformed, too many events, a value that is not ICRC-16). The request's trace
+    context goes to the events without one (``ingest.add_trace_context``)."""
     try:
         events = _decode_events(body)
     except (*UNDECODABLE, UnicodeDecodeError):
         return None
     if not events or len(events) > max_items:
         return None
+    if traceparent is not None:
+        ingest.add_trace_context(events, traceparent, tracestate)
     now = time.time_ns()
     try:
         rows, refused = ingest.prepare(events, now)
