@@ -23,7 +23,7 @@ STORE = {
     "AppendRouter", "Route", "store_for", "redact_address",
     "PrincipalStore", "RegistryStore", "EventStore", "DeliveryStore", "StatisticsStore", "SchemaStore", "ReplayStore",
     # Several broadcasters on one store (docs/scaling.md).
-    "ClusterStore", "BroadcasterRecord", "LeaseRecord", "CHANGE_LOG", "CHANGE_LOST", "CHANGE_REGISTRY",
+    "ClusterStore", "BroadcasterRecord", "LeaseRecord", "Fence", "CHANGE_LOG", "CHANGE_LOST", "CHANGE_REGISTRY",
 }
 
 

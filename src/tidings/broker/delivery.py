@@ -31,14 +31,11 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from ..core.config import SubscriptionConfig
 from ..core.namespaces import is_pattern
-from ..core.retry import Outcome, classify, retry_after_seconds
-from ..core.undecodable import UNDECODABLE
 from ..core.wire import ConfirmResult
 from ..outbound import Outbound
 from ..settings import Settings
@@ -56,38 +53,18 @@ from . import confirmation
 from .accounting import event_stats
 from .direct import NoteIds
 from .metrics import Metrics
-from .push_body import PushBodies, cloudevents_push
+from .push import Leases, Push, Transport
 from .registry import Registry
 from .routing import RoutedTo, Router
 from .tail import Tail
 from .worker import Gone, Note, Pushed, Worker
 
-__all__ = ["Delivery", "Leases", "Transport"]
+__all__ = ["Delivery", "Leases", "Transport"]  # Leases and Transport: from ``push``
 
 log = logging.getLogger("tidings.delivery")
 
-Transport = Callable[
-    [SubscriptionRecord, Sequence[Note], SubscriptionConfig],
-    Awaitable[tuple[Outcome, object, str, float | None]],
-]
-"""One push to a non-HTTP endpoint: outcome, decoded answer, reason for logs, Retry-After."""
 
 
-class Leases(Protocol):
-    """What delivery needs of the leases when other broadcasters share the store
-    (``Membership``): whether it may push a subscription now, and the fence its writes
-    carry."""
-
-    def may_act(self, sub_id: int) -> bool: ...
-
-    async def until_may_act(self, sub_id: int) -> None: ...
-
-    def fence(self, sub_id: int) -> Fence | None: ...
-
-    def lost(self, sub_id: int) -> None: ...
-
-
-_decode_answer = msgspec.json.Decoder().decode
 _decode_data = msgspec.json.Decoder().decode
 
 
@@ -124,14 +101,14 @@ class Delivery:
         self.sleep = sleep
         self.monotonic = monotonic
         self.now_ns = now_ns
-        self._bodies = PushBodies()
         self.random = rand
         self.metrics = metrics or Metrics()
-        self.outbound = outbound
-        """Every push to an http(s) endpoint goes through it (docs/security.md)."""
-        self.signer = signer
-        """Signs a push: (subscription id, message id, body) -> headers to add."""
-        self.transports: dict[str, Transport] = {}
+        self._push = Push(settings, tail, outbound, signer=signer, leases=leases, fence_of=self.fence_of,
+                          now_ns=now_ns)
+        self.post = self._push.post
+        """One push (``push.Push.post``)."""
+        self.notifications = self._push.notifications
+        self.transports = self._push.transports
         """Pushes to endpoints of another scheme than http(s), by scheme (``xmpp``)."""
         self._workers: dict[int, Worker] = {}
         # The workers a publish may wake, by the namespace or pattern they subscribe to: a
@@ -468,50 +445,3 @@ class Delivery:
         if w is not None:
             return w.fence
         return self._leases.fence(sub_id) if self._leases is not None else None
-
-    def notifications(self, batch: Sequence[Note], conf: SubscriptionConfig) -> bytes:
-        """The JSON array of EventNotifications a push carries, stamped as sent now."""
-        return self._bodies.encode(batch, conf.filter, self.now_ns(), self.tail.floor)
-
-    async def post(
-        self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig
-    ) -> tuple[Outcome, object, str, float | None]:
-        """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
-        if sub.endpoint is None:
-            return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
-        if self._leases is not None and not self._leases.may_act(sub.id):
-            # The lease may have lapsed (this process was stopped, or cut off from the
-            # store): push nothing until it is renewed; if it went to another broadcaster,
-            # this worker is stopped while it waits (docs/scaling.md, "Failure model").
-            await self._leases.until_may_act(sub.id)
-        scheme, colon, _ = sub.endpoint.partition(":")
-        transport = self.transports.get(scheme) if colon else None
-        if transport is not None:  # another protocol's face (xmpp: docs/xmpp.md)
-            return await transport(sub, batch, conf)
-        if conf.cloudevents is not None:  # the subscription asked for CloudEvents (docs/cloudevents.md)
-            body, headers = cloudevents_push(batch, conf.cloudevents)
-        else:
-            body, headers = self.notifications(batch, conf), {"content-type": "application/json"}
-        headers["x-tidings-subscription"] = str(sub.id)
-        headers["x-tidings-mode"] = sub.mode
-        fence = self.fence_of(sub.id) if self._leases is not None else None
-        if fence is not None:
-            # Rises each time the subscription passes to another broadcaster: a receiver
-            # can refuse a push under an epoch lower than one it has seen (docs/scaling.md).
-            headers["x-tidings-lease-epoch"] = str(fence.epoch)
-        if self.signer is not None:
-            # A retry of the same batch keeps its message id, so receivers can dedupe.
-            headers.update(self.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))
-        deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self.settings.push_timeout_s
-        got = await self.outbound.post(
-            sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self.settings.answer_max_bytes
-        )
-        if got.status is None:
-            return Outcome.NO_ANSWER, None, got.code, None
-        retry_after = retry_after_seconds(got.status, got.retry_after, self.now_ns() / 1e9)
-        outcome = classify(got.status, retry_after)
-        answer: object = None
-        if outcome is Outcome.ACK and got.body and not got.truncated:
-            with contextlib.suppress(*UNDECODABLE):
-                answer = _decode_answer(got.body)
-        return outcome, answer, got.code, retry_after
