@@ -70,6 +70,16 @@ class Push:
         self.transports: dict[str, Transport] = {}
         """Pushes to endpoints of another scheme than http(s), by scheme (``xmpp``)."""
 
+    async def _lease_gate(self, sub_id: int) -> None:
+        """Looked at last, once the push is ready to go, so that as little as possible
+        lies between this process's clock saying the lease is surely its own and the
+        bytes leaving: the lease may have lapsed (this process was stopped, or cut off
+        from the store). Push nothing until it is renewed; if it went to another
+        broadcaster, this worker is stopped while it waits (docs/scaling.md, "Failure
+        model")."""
+        if self._leases is not None and not self._leases.may_act(sub_id):
+            await self._leases.until_may_act(sub_id)
+
     def notifications(self, batch: Sequence[Note], conf: SubscriptionConfig) -> bytes:
         """The JSON array of EventNotifications a push carries, stamped as sent now."""
         return self._bodies.encode(batch, conf.filter, self._now_ns(), self._tail.floor)
@@ -80,14 +90,10 @@ class Push:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
         if sub.endpoint is None:
             return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
-        if self._leases is not None and not self._leases.may_act(sub.id):
-            # The lease may have lapsed (this process was stopped, or cut off from the
-            # store): push nothing until it is renewed; if it went to another broadcaster,
-            # this worker is stopped while it waits (docs/scaling.md, "Failure model").
-            await self._leases.until_may_act(sub.id)
         scheme, colon, _ = sub.endpoint.partition(":")
         transport = self.transports.get(scheme) if colon else None
         if transport is not None:  # another protocol's face (xmpp: docs/xmpp.md)
+            await self._lease_gate(sub.id)
             return await transport(sub, batch, conf)
         if conf.cloudevents is not None:  # the subscription asked for CloudEvents (docs/cloudevents.md)
             body, headers = cloudevents_push(batch, conf.cloudevents)
@@ -104,6 +110,7 @@ class Push:
             # A retry of the same batch keeps its message id, so receivers can dedupe.
             headers.update(self.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))
         deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self._settings.push_timeout_s
+        await self._lease_gate(sub.id)
         got = await self.outbound.post(
             sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self._settings.answer_max_bytes
         )
