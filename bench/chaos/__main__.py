@@ -36,6 +36,8 @@ def main() -> None:
 
     def shown(r: FaultResult) -> None:
         take = "" if r.takeover_s is None else f", takeover {r.takeover_s:.2f} s (bound {r.takeover_bound_s:.1f})"
+        if r.kept_gap_s is not None:
+            take += f", the others' subscriptions without a push at most {r.kept_gap_s:.2f} s"
         print(f"[{time.monotonic() - started:7.1f} s] {r.kind} {r.target} for {r.duration_s:.1f} s: "
               f"publish gap {r.publish_gap_s:.2f} s (bound {r.publish_bound_s:.1f}){take}"
               f"{' aimed' if r.aimed else ''} {'ok' if r.ok else 'OVER BOUND'}", flush=True)

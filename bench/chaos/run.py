@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -51,12 +52,16 @@ class FaultResult:
     takeover_bound_s: float | None = None
     aimed: bool = False
     """A pause that landed while the member's session held a lock in the database."""
+    kept_gap_s: float | None = None
+    """The longest time a subscription the other members delivered went without a push,
+    from the fault's start to its end (member faults): they keep their share."""
+    kept_bound_s: float = 2.0
 
     @property
     def ok(self) -> bool:
         return self.publish_gap_s <= self.publish_bound_s and (
             self.takeover_s is None or self.takeover_bound_s is None or self.takeover_s <= self.takeover_bound_s
-        )
+        ) and (self.kept_gap_s is None or self.kept_gap_s <= self.kept_bound_s)
 
 
 @dataclass
@@ -93,13 +98,15 @@ class Report:
         return d
 
     def lines(self) -> list[str]:
-        out = [f"{'fault':<22}{'member':<8}{'for':>6}{'publish gap':>13}{'bound':>7}{'takeover':>10}{'bound':>7}  ok"]
+        out = [f"{'fault':<22}{'member':<8}{'for':>6}{'publish gap':>13}{'bound':>7}{'takeover':>10}{'bound':>7}"
+               f"{'others':>8}  ok"]
         for f in self.faults:
             take = "" if f.takeover_s is None else f"{f.takeover_s:.2f}"
             tb = "" if f.takeover_bound_s is None else f"{f.takeover_bound_s:.1f}"
             kind = f.kind + (" (aimed)" if f.aimed else "")
             out.append(f"{kind:<22}{f.target:<8}{f.duration_s:>6.1f}{f.publish_gap_s:>13.2f}{f.publish_bound_s:>7.1f}"
-                       f"{take:>10}{tb:>7}  {'yes' if f.ok else 'NO'}")
+                       f"{take:>10}{tb:>7}{'' if f.kept_gap_s is None else f'{f.kept_gap_s:.2f}':>8}"
+                       f"  {'yes' if f.ok else 'NO'}")
         out.append(
             f"acked {self.acked}, lost {self.lost} (in the store {self.lost_in_store}), id gaps {self.id_gaps}, "
             f"out of order {self.out_of_order}, overlapping pushes {self.overlaps}, stale pushes {self.stale_pushes}, "
@@ -243,7 +250,9 @@ class Chaos:
         m = self.members[f.target % self.n]
         member_fault = f.kind in ("pause", "kill", "db-partition")
         healthy = {x.name for x in self.members if x is not m} if member_fault else {x.name for x in self.members}
-        theirs = [s for s, b in (await self.holders()).items() if b == m.name] if member_fault else []
+        held = await self.holders() if member_fault else {}
+        theirs = [s for s, b in held.items() if b == m.name]
+        kept = [s for s, b in held.items() if b != m.name]
         marks = self._marks()
         aimed = False
         start = time.monotonic()
@@ -288,6 +297,8 @@ class Chaos:
             f.kind, m.name if f.kind in ("pause", "kill", "db-partition", "peer-partition") else "-", end - start,
             self.publishers.longest_gap(start, gap_end, healthy), publish_bound, aimed=aimed,
         )
+        if kept:
+            result.kept_gap_s = max(self._push_gap(s, start, end) for s in kept)
         if theirs:
             result.takeover_bound_s = self.lease_s + 2 * self.heartbeat_s + 1.0
             result.takeover_s = await self._takeover(theirs, marks, start, result.takeover_bound_s + 10)
@@ -314,6 +325,12 @@ class Chaos:
             return False
         finally:
             await conn.close()
+
+    def _push_gap(self, sub: int, start: float, end: float) -> float:
+        """The longest time within ``[start, end]`` in which ``sub`` got no new event."""
+        times = sorted(t for (s, _, _), t in self.recorder.first_at.items() if s == sub and start <= t <= end)
+        marks = [start, *times, end]
+        return max(b - a for a, b in itertools.pairwise(marks))
 
     def _marks(self) -> dict[str, int]:
         """The highest id answered Ok so far, per namespace."""

@@ -131,6 +131,7 @@ class Worker(Redelivery, DirectPush):
         publishes are still accepted: the worker logs it, backs off, and starts again
         from what the store holds (its cursor and its pending notifications)."""
         failures = 0
+        last_failure = self.d.monotonic()
         while True:
             try:
                 await self._run()
@@ -142,6 +143,9 @@ class Worker(Redelivery, DirectPush):
                 return
             except Exception:  # CancelledError is not an Exception: shutdown still works
                 self.generation += 1  # routes planned before this no longer move ``scan``
+                if self.d.monotonic() - last_failure > 60:
+                    failures = 0  # an outage long past does not slow the restart after this one
+                last_failure = self.d.monotonic()
                 failures += 1
                 delay = min(30.0, 0.25 * 2 ** min(failures, 7))
                 self.d.metrics.worker_restarts += 1
