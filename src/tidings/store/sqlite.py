@@ -23,13 +23,14 @@ from typing import Any, TypeVar
 from ..errors import StoreError
 from ._base import Store
 from ._records import AppendRouter
-from ._sqlite_db import DDL, private_files
-from ._sqlite_deliveries import BATCH_INDEX, DELIVERIES_DDL, SQLiteDeliveryStore
+from ._sqlite_db import private_files
+from ._sqlite_deliveries import SQLiteDeliveryStore
 from ._sqlite_events import SQLiteEventStore
+from ._sqlite_migrations import migrate
 from ._sqlite_principals import SQLitePrincipalStore
 from ._sqlite_registry import SQLiteRegistryStore
-from ._sqlite_replays import REPLAY_DDL, SQLiteReplayStore
-from ._sqlite_schemas import SCHEMA_DDL, SQLiteSchemaStore, migrate_schemas
+from ._sqlite_replays import SQLiteReplayStore
+from ._sqlite_schemas import SQLiteSchemaStore
 from ._sqlite_stats import SQLiteStatisticsStore
 from ._sqlite_writer import Writer
 
@@ -118,20 +119,4 @@ class SQLiteStore(
 
 
 def _setup(conn: sqlite3.Connection) -> None:
-    conn.executescript(DDL + SCHEMA_DDL + DELIVERIES_DDL + REPLAY_DDL)
-    _migrate(conn)
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a store made by an earlier version up to this schema."""
-    columns = {r[1] for r in conn.execute("PRAGMA table_info(notifications)")}
-    if "sent" not in columns:
-        # Earlier versions counted a notification as sent when it was recorded: the rows
-        # pending now were counted already.
-        conn.execute("ALTER TABLE notifications ADD COLUMN sent INTEGER NOT NULL DEFAULT 1")
-    if "items" not in {r[1] for r in conn.execute("PRAGMA table_info(deliveries)")}:
-        # Earlier versions kept a row per record: none of theirs is packed.
-        conn.execute("ALTER TABLE deliveries ADD COLUMN n INTEGER")
-        conn.execute("ALTER TABLE deliveries ADD COLUMN items BLOB")
-    conn.execute(BATCH_INDEX)
-    migrate_schemas(conn)
+    migrate(conn, "the store")
