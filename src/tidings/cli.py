@@ -3,6 +3,8 @@
 ::
 
     tidings serve [--host H] [--port P] [--data-dir D]
+    tidings backup DEST [--data-dir D]
+    tidings restore SRC --data-dir D [--force]
     tidings principal create NAME [--admin] [--data-dir D]
     tidings principal token NAME [--data-dir D]
     tidings principal list [--data-dir D]
@@ -32,6 +34,7 @@ from pathlib import Path
 import msgspec
 
 from . import __version__
+from ._cli_ops import add_ops_parsers, run_backup, run_restore
 from ._cli_replay import add_replay_parser, run_replay
 from ._cli_schema import add_schema_parser, run_schema
 from .errors import TidingsError
@@ -54,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", help="postgresql://user@host:port/database to use PostgreSQL instead of the "
                        "SQLite file in the data folder (env TIDINGS_STORE)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    add_ops_parsers(sub)
 
     pr = sub.add_parser("principal", help="create principals and tokens")
     psub = pr.add_subparsers(dest="action", required=True)
@@ -132,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "backup":
+            return run_backup(args)
+        if args.command == "restore":
+            return run_restore(args)
         if args.command == "distributor":
             return run_distributor(args)
         if args.command == "pipeline":

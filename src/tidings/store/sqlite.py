@@ -13,6 +13,7 @@ while the writer commits.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from ._sqlite_replays import SQLiteReplayStore
 from ._sqlite_schemas import SQLiteSchemaStore
 from ._sqlite_stats import SQLiteStatisticsStore
 from ._sqlite_writer import Writer
+from .backup import hold_folder
 
 __all__ = ["SQLiteStore"]
 
@@ -63,6 +65,7 @@ class SQLiteStore(
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._router: AppendRouter | None = None
+        self._folder_lock: int | None = None
 
     @property
     def path(self) -> str:
@@ -71,10 +74,13 @@ class SQLiteStore(
     async def open(self) -> None:
         if self._path != ":memory:":
             private_files(Path(self._path))
+            # Shared: other commands may open the store beside a server; a restore may not.
+            self._folder_lock = hold_folder(Path(self._path).parent)
         w = Writer(self._path, self._max_batch, self._router, _setup, fsync=self._fsync)
         w.start()
         await asyncio.to_thread(w.ready.wait)
         if w.error is not None:
+            self._release_folder()
             raise StoreError(f"cannot open {self._path}: {w.error}") from w.error
         self._writer = w
         self._pool = ThreadPoolExecutor(self._readers, thread_name_prefix="tidings-sqlite-reader")
@@ -91,6 +97,12 @@ class SQLiteStore(
             for c in self._conns:
                 c.close()
             self._conns.clear()
+        self._release_folder()
+
+    def _release_folder(self) -> None:
+        if self._folder_lock is not None:
+            os.close(self._folder_lock)
+            self._folder_lock = None
 
     def _write(self, fn: Callable[[sqlite3.Connection, Any], T]) -> asyncio.Future[T]:
         if self._writer is None:
