@@ -54,9 +54,11 @@ def _private_data_dir(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> int:
+    # A broadcaster is forgotten by the others 3 leases after its last heartbeat (broker.cluster).
     broker = Broker(settings, store_for(
         settings.store, settings.db_path, fsync=settings.commit_fsync, timeout_s=settings.store_timeout_s,
         name=f"tidings {settings.broadcaster_id}",
+        peers_within_s=3 * settings.lease_s,
     ))
     with contextlib.suppress(NotImplementedError, RuntimeError):
         # An operator's (or a fault test's) look inside a process that seems stuck: every

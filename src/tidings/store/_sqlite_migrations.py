@@ -25,7 +25,7 @@ from ._sqlite_deliveries import BATCH_INDEX, DELIVERIES_DDL
 from ._sqlite_replays import REPLAY_DDL
 from ._sqlite_schemas import SCHEMA_DDL, migrate_schemas
 
-__all__ = ["SCHEMA_VERSION", "STEPS", "NewerStore", "migrate", "refuse_newer", "version_of"]
+__all__ = ["SCHEMA_VERSION", "STEPS", "NewerStore", "header_version", "migrate", "refuse_newer", "version_of"]
 
 
 class NewerStore(StoreError):
@@ -59,6 +59,21 @@ STEPS: Final[tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...]] = (
 """(what it does, how), in order: the store's version is how many of them it has had."""
 
 SCHEMA_VERSION: Final = len(STEPS)
+
+
+def header_version(path: str) -> int | None:
+    """The version in the header of the file at ``path`` (None: no database there yet),
+    read without opening it: a newer store is refused before the writer's first pragma
+    (``journal_mode=WAL`` rewrites the header of a file in another mode). A version
+    committed to the WAL and not yet to the file is caught by ``migrate``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return None
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\0"):
+        return None
+    return int.from_bytes(head[60:64], "big")
 
 
 def version_of(conn: sqlite3.Connection) -> int:

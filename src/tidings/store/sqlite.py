@@ -27,7 +27,7 @@ from ._records import AppendRouter
 from ._sqlite_db import private_files
 from ._sqlite_deliveries import SQLiteDeliveryStore
 from ._sqlite_events import SQLiteEventStore
-from ._sqlite_migrations import migrate
+from ._sqlite_migrations import header_version, migrate, refuse_newer
 from ._sqlite_principals import SQLitePrincipalStore
 from ._sqlite_registry import SQLiteRegistryStore
 from ._sqlite_replays import SQLiteReplayStore
@@ -76,6 +76,13 @@ class SQLiteStore(
             private_files(Path(self._path))
             # Shared: other commands may open the store beside a server; a restore may not.
             self._folder_lock = hold_folder(Path(self._path).parent)
+            on_file = header_version(self._path)
+            if on_file is not None:
+                try:
+                    refuse_newer(on_file, "the store")
+                except StoreError as e:
+                    self._release_folder()
+                    raise StoreError(f"cannot open {self._path}: {e}") from None
         w = Writer(self._path, self._max_batch, self._router, _setup, fsync=self._fsync)
         w.start()
         await asyncio.to_thread(w.ready.wait)
