@@ -24,6 +24,7 @@ from .broker import Broker
 from .errors import ConfigError
 from .front import FrontConfig, FrontPool
 from .front.process import listening_socket
+from .logs import announce
 from .runtime import tune_gc
 from .settings import Settings
 from .store import redact_address, store_for
@@ -97,15 +98,15 @@ async def _serve(settings: Settings) -> int:
             return 1
         host, port = server.servers[0].sockets[0].getsockname()[:2]
         where = redact_address(settings.store) if settings.store else settings.db_path
-        print(f"tidings {where} listening on http://{host}:{port}", flush=True)
-        print(f"  OpenAPI: http://{host}:{port}/openapi.json", flush=True)
+        announce(f"tidings {where} listening on http://{host}:{port}")
+        announce(f"  OpenAPI: http://{host}:{port}/openapi.json")
         if created:
-            print(f"  admin token written to {token_file} (created now)", flush=True)
+            announce(f"  admin token written to {token_file} (created now)")
         else:
-            print(f"  admin token: see {token_file}", flush=True)
-        print("  more principals: tidings principal create NAME  (prints the token)", flush=True)
+            announce(f"  admin token: see {token_file}")
+        announce("  more principals: tidings principal create NAME  (prints the token)")
         if pool is not None:
-            print(f"  {fronts + 1} processes: the broker and {fronts} front process(es) (TIDINGS_WORKERS)", flush=True)
+            announce(f"  {fronts + 1} processes: the broker and {fronts} front process(es) (TIDINGS_WORKERS)")
         xmpp = await _start_xmpp(broker, settings)
         try:
             await task
@@ -196,7 +197,8 @@ async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str,
     while not internal.started and not task.done():
         await asyncio.sleep(0.01)
     pool = FrontPool(FrontConfig(str(path), secret, settings.max_body_bytes, settings.max_batch_items,
-                                 settings.stream_max_frame_bytes), host, port, count)
+                                 settings.stream_max_frame_bytes, log_level=settings.log_level,
+                                 log_format=settings.log_format), host, port, count)
     await pool.start()
     return _Fronts(pool, internal, task)
 
@@ -220,5 +222,5 @@ async def _start_xmpp(broker: Broker, settings: Settings) -> Any:
         ) from None
     face = XmppFace(broker, settings)
     await face.start()
-    print(f"  XMPP component {settings.xmpp_component} -> {settings.xmpp_host}:{settings.xmpp_port}", flush=True)
+    announce(f"  XMPP component {settings.xmpp_component} -> {settings.xmpp_host}:{settings.xmpp_port}")
     return face

@@ -1,13 +1,18 @@
-"""Service settings: one typed dataclass, read from ``TIDINGS_*`` environment variables.
+"""Service settings: one typed dataclass, read from a TOML file and ``TIDINGS_*`` environment variables.
 
-Every field can be set as ``TIDINGS_<FIELD NAME IN CAPITALS>``; the CLI's flags override
-the environment. docs/operations.md lists them with their defaults.
+Every field can be set as ``TIDINGS_<FIELD NAME IN CAPITALS>``, or as ``<field name> = value``
+in the file given to ``--config``; the environment overrides the file and the CLI's flags
+override both (``Settings.load``, which also says where each value came from).
+docs/operations.md lists them with their defaults.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import stat
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -15,7 +20,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "read_config"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -201,6 +206,13 @@ class Settings:
     stream_max_connections_per_principal: int = 16
     """Most stream connections one principal may hold open; more are refused (HTTP 429)."""
 
+    log_level: str = "info"
+    """Least severe log records written: ``debug``, ``info``, ``warning`` or ``error``."""
+
+    log_format: str = "text"
+    """``text``: lines for people; ``json``: one JSON object per line, with the stable
+    fields of ``tidings.logs`` (docs/operations.md, "Logs")."""
+
     xmpp_component: str = ""
     """The XMPP component's domain (e.g. ``tidings.example.org``); empty: no XMPP face
     (docs/xmpp.md). Needs the ``xmpp`` extra."""
@@ -228,17 +240,50 @@ class Settings:
             if not (low <= value <= high) or value != value:  # value != value: NaN
                 raise ConfigError(f"TIDINGS_{f.name.upper()}={value!r} is out of range [{low}, {high}]")
 
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"TIDINGS_{name.upper()}={getattr(self, name)!r}: use {', '.join(choices)}"
+                )
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``TIDINGS_*`` variables, then ``overrides`` (``None`` values ignored)."""
+        return cls.load(None, env, **overrides)[0]
+
+    @classmethod
+    def load(
+        cls, config: Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> tuple[Settings, dict[str, str]]:
+        """Settings from the TOML file ``config``, then ``TIDINGS_*`` variables, then
+        ``overrides`` (``None`` values ignored); and where each value came from (a setting
+        left out is at its default)."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        if config is not None:
+            for name, value in read_config(config).items():
+                values[name], sources[name] = value, f"file {config}"
         for f in fields(cls):
             raw = env.get(f"TIDINGS_{f.name.upper()}")
             if raw is not None:
-                values[f.name] = _parse(f.name, f.type, raw)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+                values[f.name], sources[f.name] = _parse(f.name, f.type, raw), f"env TIDINGS_{f.name.upper()}"
+        for k, v in overrides.items():
+            if v is not None:
+                values[k], sources[k] = v, "command line"
+        try:
+            return cls(**values), sources
+        except ConfigError as e:
+            # Say where the value refused was set: the message names the setting.
+            where = next((src for name, src in sources.items() if f"TIDINGS_{name.upper()}=" in str(e)), None)
+            if where is None or where.startswith("env "):
+                raise
+            raise ConfigError(f"{e} (set in {where})") from None
+
+    @classmethod
+    def secret_fields(cls) -> frozenset[str]:
+        """The settings never printed (they may hold a password or a shared secret)."""
+        return frozenset(f.name for f in fields(cls) if not f.repr)
 
     @property
     def db_path(self) -> Path:
@@ -276,6 +321,80 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "stream_max_frame_bytes": (64, 1 << 30),
     "stream_max_connections_per_principal": (1, 100_000),
 }
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "log_level": ("debug", "info", "warning", "error"),
+    "log_format": ("text", "json"),
+}
+
+_MAX_CONFIG_BYTES = 1 << 20
+"""A config file is a page of settings; anything larger is not one (and is not read)."""
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The settings in the TOML file at ``path``, typed; a clear ``ConfigError`` for a path
+    that is a symbolic link, not a regular file, unreadable, too large, not UTF-8 or not
+    TOML, and for an unknown name or a value of the wrong type."""
+    if path.is_symlink():
+        raise ConfigError(f"the config file {path} is a symbolic link: give the file itself ({os.path.realpath(path)})")
+    try:
+        # O_NONBLOCK: a FIFO put in its place must not hang the start (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ConfigError(f"no config file at {path}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read the config file {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"the config file {path} is not a regular file")
+        if st.st_size > _MAX_CONFIG_BYTES:
+            raise ConfigError(f"the config file {path} is larger than {_MAX_CONFIG_BYTES} bytes")
+        data = os.read(fd, _MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read the config file {path}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"the config file {path} is not UTF-8 (byte {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"the config file {path} is not valid TOML: {e}") from None
+    known = {f.name: f for f in fields(Settings)}
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        f = known.get(key)
+        if f is None:
+            near = difflib.get_close_matches(key.lower().removeprefix("tidings_"), known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else " (docs/operations.md lists the settings)"
+            raise ConfigError(f"{path}: unknown setting {key!r}{hint}")
+        out[key] = _from_toml(path, key, f.type, value)
+    return out
+
+
+def _from_toml(path: Path, name: str, typ: Any, value: Any) -> Any:
+    kind = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+    }.get(kind, isinstance(value, str))
+    if not ok:
+        want = {"int": "an integer", "float": "a number", "bool": "true or false"}.get(kind, "a string")
+        raise ConfigError(f"{path}: {name} must be {want}, not {type(value).__name__} {_short(value)}")
+    if kind == "float":
+        try:
+            return float(value)
+        except OverflowError:
+            raise ConfigError(f"{path}: {name} = {_short(value)} is out of range") from None
+    return Path(value) if kind == "Path" else value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _parse(name: str, typ: Any, raw: str) -> Any:

@@ -116,6 +116,7 @@ def main() -> int:
     """A front process (``python -m tidings.front``), configured by its broker."""
     import uvicorn
 
+    from ..logs import configure
     from ..runtime import tune_gc
 
     conf = json.loads(os.environ[_ENV])
@@ -124,6 +125,7 @@ def main() -> int:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != conf["parent"]:
         return 0  # the broker died before the line above
+    configure(conf["log_level"], conf["log_format"], process="front")
     config = FrontConfig(uds=conf["uds"], secret=conf["secret"], max_body_bytes=conf["max_body_bytes"],
                          max_batch_items=conf["max_batch_items"], max_frame_bytes=conf["max_frame_bytes"])
     sock = listening_socket(conf["host"], conf["port"])
