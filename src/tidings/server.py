@@ -130,6 +130,9 @@ def _config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
         log_level="warning", access_log=False, server_header=False,
+        # uvicorn's own loggers go to ours (tidings.logs: the format, the scrub) rather
+        # than to handlers of its own.
+        log_config=None,
         # The console's event streams end when they see should_exit (within a second);
         # this bounds any other connection that would hold the shutdown up.
         timeout_graceful_shutdown=5,
