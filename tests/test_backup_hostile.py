@@ -188,3 +188,13 @@ async def test_restore_refuses_a_live_store_and_a_store_cannot_open_during_a_res
             await SQLiteStore(tmp_path / "live" / "tidings.db").open()
     finally:
         os.close(lock)
+
+
+def test_backup_finds_the_data_folder_in_the_config_file(store: Path, tmp_path: Path) -> None:
+    config = tmp_path / "t.toml"
+    config.write_text(f'data_dir = "{store}"\n')
+    out = tidings("backup", str(tmp_path / "b"), "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "b" / "tidings.db").exists()
+    config.write_text(f'data_dir = "{store}"\nstore = "postgresql://u:pw@h/db"\n')
+    refused(tidings("backup", str(tmp_path / "c"), "--config", str(config)), "pg_dump")

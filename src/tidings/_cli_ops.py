@@ -3,7 +3,7 @@ while it runs, and put back), ``tidings config show`` (the effective settings).
 
 ::
 
-    tidings backup DEST [--data-dir D]
+    tidings backup DEST [--data-dir D] [--config FILE]
     tidings restore SRC --data-dir D [--force]
     tidings config show [--config FILE]
 
@@ -28,6 +28,8 @@ def add_ops_parsers(sub: Any) -> None:
     b = sub.add_parser("backup", help="copy the embedded store, also while the server runs, to a new folder")
     b.add_argument("dest", type=Path, metavar="DEST", help="the backup folder to make (must not exist)")
     b.add_argument("--data-dir", type=Path, help="the data folder (default ./var, env TIDINGS_DATA_DIR)")
+    b.add_argument("--config", type=Path, metavar="FILE", help="the TOML file 'tidings serve --config' is given "
+                   "(for its data_dir and store)")
     r = sub.add_parser("restore", help="put a backup in a data folder as its store (the server stopped)")
     r.add_argument("src", type=Path, metavar="SRC", help="a folder made by 'tidings backup'")
     r.add_argument("--data-dir", type=Path, required=True, help="the data folder to restore into")
@@ -49,7 +51,7 @@ def _embedded(settings: Settings) -> None:
 def run_backup(args: argparse.Namespace) -> int:
     from .store.backup import backup, throttled_progress
 
-    settings = Settings.from_env(data_dir=args.data_dir)
+    settings, _ = Settings.load(args.config, data_dir=args.data_dir)
     _embedded(settings)
     progress = throttled_progress(1.0, lambda line: print(f"tidings backup: {line}", file=sys.stderr, flush=True))
     done = backup(settings.data_dir, args.dest, progress)

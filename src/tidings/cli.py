@@ -3,7 +3,7 @@
 ::
 
     tidings serve [--config FILE] [--host H] [--port P] [--data-dir D]
-    tidings backup DEST [--data-dir D]
+    tidings backup DEST [--data-dir D] [--config FILE]
     tidings restore SRC --data-dir D [--force]
     tidings config show [--config FILE]
     tidings principal create NAME [--admin] [--data-dir D]
