@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from tidings.broker.metrics import ClusterView, Metrics
 
 from .conftest import ServerProcess, admin_api, eventually
+from .pg_support import schema_address
 
 DASHBOARD = Path(__file__).parent.parent / "docs" / "grafana" / "tidings.json"
 
@@ -114,3 +116,33 @@ def test_a_broadcaster_id_is_escaped_in_its_label() -> None:
     text = Metrics().render({}, 0, ClusterView('b"1\\\n', 3, 2))
     assert 'tidings_leases_held{broadcaster="b\\"1\\\\\\n"} 3' in text
     assert 'tidings_broadcasters_alive{broadcaster="b\\"1\\\\\\n"} 2' in text
+
+
+@pytest.mark.e2e
+async def test_leases_per_broadcaster_add_up_to_the_subscriptions(
+    server_factory: Any, pg_database: str, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """Two broadcasters on PostgreSQL: each serves its own lease count, and they add up."""
+    store = schema_address(pg_database)
+    a = server_factory(store=store, broadcaster_id="dash-a")
+    (tmp_path / "b").mkdir()
+    shutil.copy(a.data_dir / "admin.token", tmp_path / "b" / "admin.token")
+    b = ServerProcess(tmp_path / "b", env={**a.env, "TIDINGS_BROADCASTER_ID": "dash-b"})
+    b.start(new_port_if_taken=True)
+    try:
+        await admin_api(http, a, "icrc72_register_publication", [{"namespace": "com.example.leases"}])
+        await admin_api(http, a, "icrc72_register_subscription",
+                        [{"namespace": "com.example.leases", "endpoint": "http://127.0.0.1:9/"}] * 8)
+        held: dict[str, int] = {}
+
+        async def settled() -> bool:
+            for s, me in ((a, "dash-a"), (b, "dash-b")):
+                async with http.get(f"{s.url}/metrics") as resp:
+                    text = await resp.text()
+                held[me] = int(re.search(rf'^tidings_leases_held{{broadcaster="{me}"}} (\d+)$', text, re.M)[1])
+                assert f'tidings_broadcasters_alive{{broadcaster="{me}"}}' in text
+            return sum(held.values()) == 8 and all(held.values())
+
+        await eventually(settled, timeout=20, interval=0.2)
+    finally:
+        b.stop()
