@@ -228,3 +228,17 @@ def test_serve_with_a_config_file_in_json_logs_writes_only_json_lines(tmp_path: 
     assert any(json.loads(line)["message"].startswith("tidings ") for line in lines)
     assert any("Invalid HTTP request" in json.loads(line)["message"] for line in lines)
     assert (tmp_path / "data" / "tidings.db").exists()  # the data folder came from the file
+
+
+def test_a_start_that_fails_says_why_in_a_json_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # With front processes tidings binds the port itself; alone, uvicorn does.
+        for workers in ("2", "1"):
+            out = tidings("serve", "--port", str(port), "--data-dir", str(tmp_path / "d"),
+                          env={"TIDINGS_LOG_FORMAT": "json", "TIDINGS_WORKERS": workers})
+            assert out.returncode != 0, out.stderr
+            docs = [json.loads(line) for line in (out.stdout + out.stderr).splitlines()]
+            assert any(d["level"] == "error" and str(port) in d["message"] for d in docs), docs

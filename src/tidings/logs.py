@@ -95,15 +95,17 @@ def configure(level: str, fmt: str, process: str = "broker") -> None:
     root.setLevel(getattr(logging, level.upper()))
 
 
-def announce(text: str) -> None:
+def announce(text: str, *, error: bool = False) -> None:
     """A line the server prints whatever the log level (where it listens, where the admin
-    token is): as it is in text format, as a JSON line (level ``info``, logger
-    ``tidings.server``) in JSON format, so that a log shipper reads every line."""
+    token is; with ``error``, why it cannot start, on stderr): as it is in text format, as
+    a JSON line (logger ``tidings.server``) in JSON format, so that a log shipper reads
+    every line."""
+    out = sys.stderr if error else sys.stdout
     if _format != "json":
-        print(scrub(text), flush=True)
+        print(scrub(text), file=out, flush=True)
         return
     now = time.time()
     print(json.dumps({
-        "time": _utc(now), "level": "info", "logger": "tidings.server", "message": scrub(text),
+        "time": _utc(now), "level": "error" if error else "info", "logger": "tidings.server", "message": scrub(text),
         "process": _process, "pid": os.getpid(),
-    }, ensure_ascii=False), flush=True)
+    }, ensure_ascii=False), file=out, flush=True)

@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,7 +79,7 @@ async def _serve(settings: Settings) -> int:
             try:
                 sock = listening_socket(settings.host, settings.port, listen=False, first=True)
             except OSError as e:
-                print(f"tidings: could not listen on {settings.host}:{settings.port}: {e}", file=sys.stderr)
+                announce(f"tidings: could not listen on {settings.host}:{settings.port}: {e}", error=True)
                 return 1
             sockets = [sock]
             bound_host, bound_port = sock.getsockname()[:2]
@@ -94,7 +93,7 @@ async def _serve(settings: Settings) -> int:
             await task
             if pool is not None:
                 await pool.stop()
-            print(f"tidings: could not listen on {settings.host}:{settings.port}", file=sys.stderr)
+            announce(f"tidings: could not listen on {settings.host}:{settings.port}", error=True)
             return 1
         host, port = server.servers[0].sockets[0].getsockname()[:2]
         where = redact_address(settings.store) if settings.store else settings.db_path
