@@ -14,7 +14,8 @@ ROOT = Path(tidings.__file__).parent
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "errors": set(),
-    "settings": {"errors"},
+    "settings": {"errors", "settings_file"},
+    "settings_file": {"errors"},
     "outbound": {"core"},
     "store": {"core", "errors"},
     "schemas": {"core", "errors", "store"},
