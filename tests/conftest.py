@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -114,6 +115,7 @@ class ServerProcess:
             time.sleep(0.01)
         self.proc = None
         self._log.close()
+        assert_no_credentials(self.data_dir / "server.log", self.env)
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
@@ -143,6 +145,26 @@ class ServerProcess:
         return out.stdout.strip()
 
 
+_CREDENTIAL_SHAPES = re.compile(
+    r"\btid_[A-Za-z0-9_\-]{8,}|\bwhsec_[A-Za-z0-9+/=]{8,}|(?i:\bbearer\s+[A-Za-z0-9._~+/=\-]{8,})"
+    r"|[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@]*:(?!\*\*\*@)[^\s@/]+@"
+)
+
+
+def assert_no_credentials(log: Path, env: dict[str, str]) -> None:
+    """No line of a server's log carries a token, a signing secret, an Authorization
+    value or a password (docs/operations.md, "Logs"): checked on every stop of every
+    server the tests start, so over every end-to-end test's logs."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = _CREDENTIAL_SHAPES.findall(text)
+    token = log.parent / "admin.token"
+    known = [token.read_text().strip()] if token.exists() else []
+    known += [v for k, v in env.items() if k in ("TIDINGS_XMPP_SECRET",) and v]
+    known += [p for v in env.values() for p in re.findall(r"://[^\s/:@]*:([^\s@/]+)@", v)]
+    found += [k for k in known if k and k in text]
+    assert not found, f"{log} carries credentials: {sorted(set(found))[:5]}"
+
+
 @pytest.fixture
 def server_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerProcess]]:
     started: list[ServerProcess] = []
@@ -159,8 +181,14 @@ def server_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[C
         return s
 
     yield make
+    leaks = []
     for s in started:
-        s.stop()
+        try:
+            s.stop()
+        except AssertionError as e:  # its log carried a credential: stop the others first
+            leaks.append(e)
+    if leaks:
+        raise leaks[0]
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ ROOT = Path(tidings.__file__).parent
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "errors": set(),
-    "settings": {"errors"},
+    "settings": {"errors", "settings_file"},
+    "settings_file": {"errors"},
     "outbound": {"core"},
     "store": {"core", "errors"},
     "schemas": {"core", "errors", "store"},
@@ -26,7 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "api": {"core", "errors", "broker", "schemas", "store", "console", "bodies"},
     "xmpp": {"core", "errors", "settings", "store", "broker"},
     "runtime": set(),
-    "front": {"core", "errors", "runtime", "bodies"},
+    "logs": set(),
+    "front": {"core", "errors", "runtime", "bodies", "logs"},
     "bodies": {"errors"},
 }
 TOP = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if p.is_dir()}

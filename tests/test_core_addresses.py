@@ -23,6 +23,7 @@ def test_the_password_never_shows_in_either_place(secret: str, scheme: str) -> N
     for url in (
         f"{scheme}://alice:{quote(marked, safe='')}@db.example:5432/tidings?search_path=t",
         f"{scheme}://alice@db.example/tidings?password={quote(marked, safe='')}&sslmode=require",
+        f"{scheme}://alice@db.example/tidings?sslmode=verify-full&sslpassword={quote(marked, safe='')}",
     ):
         for shown in (redact_address(url), redact(url), store_redact(url)):
             assert marked not in shown and quote(marked, safe="") not in shown

@@ -2,7 +2,10 @@
 
 ::
 
-    tidings serve [--host H] [--port P] [--data-dir D]
+    tidings serve [--config FILE] [--host H] [--port P] [--data-dir D]
+    tidings backup DEST [--data-dir D] [--config FILE]
+    tidings restore SRC --data-dir D [--force]
+    tidings config show [--config FILE]
     tidings principal create NAME [--admin] [--data-dir D]
     tidings principal token NAME [--data-dir D]
     tidings principal list [--data-dir D]
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -32,6 +34,7 @@ from pathlib import Path
 import msgspec
 
 from . import __version__
+from ._cli_ops import add_ops_parsers, run_backup, run_config, run_restore
 from ._cli_replay import add_replay_parser, run_replay
 from ._cli_schema import add_schema_parser, run_schema
 from .errors import TidingsError
@@ -53,7 +56,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", type=Path, help="store folder (default ./var, env TIDINGS_DATA_DIR)")
     serve.add_argument("--store", help="postgresql://user@host:port/database to use PostgreSQL instead of the "
                        "SQLite file in the data folder (env TIDINGS_STORE)")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                       help="default info (env TIDINGS_LOG_LEVEL)")
+    serve.add_argument("--config", type=Path, metavar="FILE",
+                       help="a TOML file of settings (names as in the environment, without TIDINGS_, in lower case); "
+                            "the environment overrides it")
+
+    add_ops_parsers(sub)
 
     pr = sub.add_parser("principal", help="create principals and tokens")
     psub = pr.add_subparsers(dest="action", required=True)
@@ -132,6 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "backup":
+            return run_backup(args)
+        if args.command == "restore":
+            return run_restore(args)
+        if args.command == "config":
+            return run_config(args)
         if args.command == "distributor":
             return run_distributor(args)
         if args.command == "pipeline":
@@ -163,12 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .logs import configure
     from .server import serve
 
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    settings = Settings.from_env(host=args.host, port=args.port, data_dir=args.data_dir, store=args.store)
+    settings, _ = Settings.load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
+                                store=args.store, log_level=args.log_level)
+    configure(settings.log_level, settings.log_format)
     return serve(settings)
 
 

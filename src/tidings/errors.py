@@ -12,7 +12,8 @@
     │   └── Unavailable          503  unavailable
     ├── StoreError               the store failed (I/O, corruption); the request is not applied
     │   ├── StoreUnavailable     the store cannot be reached now (restarting, failing over, cut off): retry
-    │   └── LeaseLost            a write under a lease this process no longer holds was refused (fencing)
+    │   ├── LeaseLost            a write under a lease this process no longer holds was refused (fencing)
+    │   └── BackupError          a backup or restore could not be made; the store is as it was
     └── ConfigError              a setting is missing or invalid
 
 The ``code`` strings are stable and are what clients and tests should look at; the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "ApiError",
+    "BackupError",
     "BadRequest",
     "ConfigError",
     "Forbidden",
@@ -102,6 +104,11 @@ class StoreUnavailable(StoreError):
 class LeaseLost(StoreError):
     """A write for leased work was refused: the lease it was made under has been taken by
     another broadcaster (its epoch moved on). Whoever made it must stop that work."""
+
+
+class BackupError(StoreError):
+    """A backup or restore could not be made (a path refused, a full disk, a damaged copy);
+    the store, and the destination, are as they were before it started."""
 
 
 class ConfigError(TidingsError):

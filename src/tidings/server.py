@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from .broker import Broker
 from .errors import ConfigError
 from .front import FrontConfig, FrontPool
 from .front.process import listening_socket
+from .logs import announce
 from .runtime import tune_gc
 from .settings import Settings
 from .store import redact_address, store_for
@@ -54,9 +54,11 @@ def _private_data_dir(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> int:
+    # A broadcaster is forgotten by the others 3 leases after its last heartbeat (broker.cluster).
     broker = Broker(settings, store_for(
         settings.store, settings.db_path, fsync=settings.commit_fsync, timeout_s=settings.store_timeout_s,
         name=f"tidings {settings.broadcaster_id}",
+        peers_within_s=3 * settings.lease_s,
     ))
     with contextlib.suppress(NotImplementedError, RuntimeError):
         # An operator's (or a fault test's) look inside a process that seems stuck: every
@@ -77,7 +79,7 @@ async def _serve(settings: Settings) -> int:
             try:
                 sock = listening_socket(settings.host, settings.port, listen=False, first=True)
             except OSError as e:
-                print(f"tidings: could not listen on {settings.host}:{settings.port}: {e}", file=sys.stderr)
+                announce(f"tidings: could not listen on {settings.host}:{settings.port}: {e}", error=True)
                 return 1
             sockets = [sock]
             bound_host, bound_port = sock.getsockname()[:2]
@@ -91,19 +93,19 @@ async def _serve(settings: Settings) -> int:
             await task
             if pool is not None:
                 await pool.stop()
-            print(f"tidings: could not listen on {settings.host}:{settings.port}", file=sys.stderr)
+            announce(f"tidings: could not listen on {settings.host}:{settings.port}", error=True)
             return 1
         host, port = server.servers[0].sockets[0].getsockname()[:2]
         where = redact_address(settings.store) if settings.store else settings.db_path
-        print(f"tidings {where} listening on http://{host}:{port}", flush=True)
-        print(f"  OpenAPI: http://{host}:{port}/openapi.json", flush=True)
+        announce(f"tidings {where} listening on http://{host}:{port}")
+        announce(f"  OpenAPI: http://{host}:{port}/openapi.json")
         if created:
-            print(f"  admin token written to {token_file} (created now)", flush=True)
+            announce(f"  admin token written to {token_file} (created now)")
         else:
-            print(f"  admin token: see {token_file}", flush=True)
-        print("  more principals: tidings principal create NAME  (prints the token)", flush=True)
+            announce(f"  admin token: see {token_file}")
+        announce("  more principals: tidings principal create NAME  (prints the token)")
         if pool is not None:
-            print(f"  {fronts + 1} processes: the broker and {fronts} front process(es) (TIDINGS_WORKERS)", flush=True)
+            announce(f"  {fronts + 1} processes: the broker and {fronts} front process(es) (TIDINGS_WORKERS)")
         xmpp = await _start_xmpp(broker, settings)
         try:
             await task
@@ -127,6 +129,9 @@ def _config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
         log_level="warning", access_log=False, server_header=False,
+        # uvicorn's own loggers go to ours (tidings.logs: the format, the scrub) rather
+        # than to handlers of its own.
+        log_config=None,
         # The console's event streams end when they see should_exit (within a second);
         # this bounds any other connection that would hold the shutdown up.
         timeout_graceful_shutdown=5,
@@ -194,7 +199,8 @@ async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str,
     while not internal.started and not task.done():
         await asyncio.sleep(0.01)
     pool = FrontPool(FrontConfig(str(path), secret, settings.max_body_bytes, settings.max_batch_items,
-                                 settings.stream_max_frame_bytes), host, port, count)
+                                 settings.stream_max_frame_bytes, log_level=settings.log_level,
+                                 log_format=settings.log_format), host, port, count)
     await pool.start()
     return _Fronts(pool, internal, task)
 
@@ -218,5 +224,5 @@ async def _start_xmpp(broker: Broker, settings: Settings) -> Any:
         ) from None
     face = XmppFace(broker, settings)
     await face.start()
-    print(f"  XMPP component {settings.xmpp_component} -> {settings.xmpp_host}:{settings.xmpp_port}", flush=True)
+    announce(f"  XMPP component {settings.xmpp_component} -> {settings.xmpp_host}:{settings.xmpp_port}")
     return face

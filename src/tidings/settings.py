@@ -1,7 +1,9 @@
-"""Service settings: one typed dataclass, read from ``TIDINGS_*`` environment variables.
+"""Service settings: one typed dataclass, read from a TOML file and ``TIDINGS_*`` environment variables.
 
-Every field can be set as ``TIDINGS_<FIELD NAME IN CAPITALS>``; the CLI's flags override
-the environment. docs/operations.md lists them with their defaults.
+Every field can be set as ``TIDINGS_<FIELD NAME IN CAPITALS>``, or as ``<field name> = value``
+in the file given to ``--config``; the environment overrides the file and the CLI's flags
+override both (``Settings.load``, which also says where each value came from).
+docs/operations.md lists them with their defaults.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .settings_file import read_config
 
 __all__ = ["Settings"]
 
@@ -201,6 +204,13 @@ class Settings:
     stream_max_connections_per_principal: int = 16
     """Most stream connections one principal may hold open; more are refused (HTTP 429)."""
 
+    log_level: str = "info"
+    """Least severe log records written: ``debug``, ``info``, ``warning`` or ``error``."""
+
+    log_format: str = "text"
+    """``text``: lines for people; ``json``: one JSON object per line, with the stable
+    fields of ``tidings.logs`` (docs/operations.md, "Logs")."""
+
     xmpp_component: str = ""
     """The XMPP component's domain (e.g. ``tidings.example.org``); empty: no XMPP face
     (docs/xmpp.md). Needs the ``xmpp`` extra."""
@@ -228,17 +238,50 @@ class Settings:
             if not (low <= value <= high) or value != value:  # value != value: NaN
                 raise ConfigError(f"TIDINGS_{f.name.upper()}={value!r} is out of range [{low}, {high}]")
 
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"TIDINGS_{name.upper()}={getattr(self, name)!r}: use {', '.join(choices)}"
+                )
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``TIDINGS_*`` variables, then ``overrides`` (``None`` values ignored)."""
+        return cls.load(None, env, **overrides)[0]
+
+    @classmethod
+    def load(
+        cls, config: Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> tuple[Settings, dict[str, str]]:
+        """Settings from the TOML file ``config``, then ``TIDINGS_*`` variables, then
+        ``overrides`` (``None`` values ignored); and where each value came from (a setting
+        left out is at its default)."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        if config is not None:
+            for name, value in read_config(config, {f.name: f.type for f in fields(cls)}).items():
+                values[name], sources[name] = value, f"file {config}"
         for f in fields(cls):
             raw = env.get(f"TIDINGS_{f.name.upper()}")
             if raw is not None:
-                values[f.name] = _parse(f.name, f.type, raw)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+                values[f.name], sources[f.name] = _parse(f.name, f.type, raw), f"env TIDINGS_{f.name.upper()}"
+        for k, v in overrides.items():
+            if v is not None:
+                values[k], sources[k] = v, "command line"
+        try:
+            return cls(**values), sources
+        except ConfigError as e:
+            # Say where the value refused was set: the message names the setting.
+            where = next((src for name, src in sources.items() if f"TIDINGS_{name.upper()}=" in str(e)), None)
+            if where is None or where.startswith("env "):
+                raise
+            raise ConfigError(f"{e} (set in {where})") from None
+
+    @classmethod
+    def secret_fields(cls) -> frozenset[str]:
+        """The settings never printed (they may hold a password or a shared secret)."""
+        return frozenset(f.name for f in fields(cls) if not f.repr)
 
     @property
     def db_path(self) -> Path:
@@ -277,6 +320,11 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "stream_max_connections_per_principal": (1, 100_000),
 }
 
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "log_level": ("debug", "info", "warning", "error"),
+    "log_format": ("text", "json"),
+}
 
 def _parse(name: str, typ: Any, raw: str) -> Any:
     kind = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))

@@ -21,6 +21,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from ..bodies import read_body
 from ..broker import Broker
+from ..broker.metrics import ClusterView
 from ..console import console_routes
 from ..core import ingest
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
@@ -147,7 +148,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             pending = await broker.store.pending_counts()
         except StoreError as e:
             return error_response(503, "unavailable", f"the store is unavailable; retry shortly ({e})", 1)
-        text = broker.metrics.render(pending, broker.delivery.workers_running)
+        m = broker.membership
+        cluster = ClusterView(m.me, len(m.held) if m.shared else 0, len(m.live_ids()))
+        text = broker.metrics.render(pending, broker.delivery.workers_running, cluster)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def health(request: Request) -> Response:

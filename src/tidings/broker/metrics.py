@@ -9,10 +9,24 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
-__all__ = ["Metrics"]
+__all__ = ["ClusterView", "Metrics"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class ClusterView(NamedTuple):
+    """What ``/metrics`` shows of the broadcasters sharing the store, from this one."""
+
+    me: str
+    leases_held: int
+    alive: int
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format asks (a broadcaster id is an operator's string)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class _Histogram:
@@ -60,7 +74,9 @@ class Metrics:
         h.count += n
         self.notifications_confirmed += n
 
-    def render(self, pending: Mapping[int, int], workers_running: int = 0) -> str:
+    def render(
+        self, pending: Mapping[int, int], workers_running: int = 0, cluster: ClusterView | None = None
+    ) -> str:
         out: list[str] = []
 
         def counter(name: str, help_: str, value: int) -> None:
@@ -92,6 +108,15 @@ class Metrics:
         out.extend((f"# HELP {name} Notifications recorded and not yet confirmed, per subscription.",
                     f"# TYPE {name} gauge"))
         out.extend(f'{name}{{subscription="{sub}"}} {n}' for sub, n in sorted(pending.items()))
+        if cluster is not None:
+            me = f'{{broadcaster="{_label(cluster.me)}"}}'
+            name = "tidings_leases_held"
+            out.extend((f"# HELP {name} Subscription delivery leases this broadcaster holds (0 when it is "
+                        "the only one: it delivers every subscription without leases).",
+                        f"# TYPE {name} gauge", f"{name}{me} {cluster.leases_held}"))
+            name = "tidings_broadcasters_alive"
+            out.extend((f"# HELP {name} Broadcasters alive at this one's last heartbeat, itself included.",
+                        f"# TYPE {name} gauge", f"{name}{me} {cluster.alive}"))
         name = "tidings_delivery_latency_seconds"
         h = self.latency
         out.extend((f"# HELP {name} From the broadcaster's acceptance of an event to its confirmation.",

@@ -10,7 +10,8 @@ __all__ = ["redact_address"]
 
 def redact_address(location: str) -> str:
     """``location`` fit to print: a URL without its password, whether in the authority
-    (``user:password@``, dropped) or as a ``password`` parameter (``***``); anything that
+    (``user:password@``, dropped) or as a parameter naming a password or a secret
+    (``password``, libpq's ``sslpassword``: ``***``); anything that
     is not a URL, or holds no password, exactly as it is."""
     text = str(location)
     if "://" not in text:
@@ -21,8 +22,12 @@ def redact_address(location: str) -> str:
     if at and ":" in auth:
         netloc = f"{auth.split(':', 1)[0]}@{host}"
     pairs = parse_qsl(query, keep_blank_values=True)
-    if any(k == "password" for k, _ in pairs):
-        query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], quote_via=quote, safe="*")
+    if any(_secret_key(k) for k, _ in pairs):
+        query = urlencode([(k, "***" if _secret_key(k) else v) for k, v in pairs], quote_via=quote, safe="*")
     if (netloc, query) == (parts.netloc, parts.query):
         return text
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _secret_key(key: str) -> bool:
+    return "password" in key.lower() or "secret" in key.lower()

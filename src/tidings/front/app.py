@@ -60,6 +60,9 @@ class FrontConfig:
     max_batch_items: int
     max_frame_bytes: int
     """The stream face's largest WebSocket message (``TIDINGS_STREAM_MAX_FRAME_BYTES``)."""
+    log_level: str = "info"
+    log_format: str = "text"
+    """The broker's ``TIDINGS_LOG_LEVEL`` and ``TIDINGS_LOG_FORMAT`` (``tidings.logs``)."""
 
 
 def _forwarded(headers: Any) -> dict[str, str]:

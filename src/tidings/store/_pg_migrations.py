@@ -271,8 +271,12 @@ MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
 _LOCK: Final = 0x7469_6469_6E67  # "tiding"
 
 
-async def migrate(c: asyncpg.Connection) -> list[int]:
-    """Apply the migrations this database lacks; return the versions applied."""
+async def migrate(c: asyncpg.Connection, *, peers_within_s: float = 15.0) -> list[int]:
+    """Apply the migrations this database lacks; return the versions applied.
+
+    Refuses to migrate while other broadcasters (seen within ``peers_within_s``) run on
+    the database: they run an older tidings, which must not write a schema it does not
+    know (docs/operations.md, "Upgrades")."""
     async with c.transaction():
         await c.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
         await c.execute(
@@ -287,6 +291,8 @@ async def migrate(c: asyncpg.Connection) -> list[int]:
                 f"the database is at schema version {done}, newer than this tidings knows ({newest}): "
                 "upgrade tidings"
             )
+        if done < newest:
+            await _refuse_live_peers(c, done, newest, peers_within_s)
         applied = []
         for version, what, sql in MIGRATIONS:
             if version > done:
@@ -296,3 +302,19 @@ async def migrate(c: asyncpg.Connection) -> list[int]:
                 )
                 applied.append(version)
         return applied
+
+
+async def _refuse_live_peers(c: asyncpg.Connection, done: int, newest: int, within_s: float) -> None:
+    if not await c.fetchval("SELECT to_regclass('broadcasters') IS NOT NULL"):
+        return
+    peers = await c.fetch(
+        "SELECT id, (extract(epoch FROM clock_timestamp() - seen_at))::float8 FROM broadcasters "
+        "WHERE seen_at > clock_timestamp() - make_interval(secs => $1) ORDER BY id", within_s,
+    )
+    if peers:
+        names = ", ".join(f"{r[0]} (seen {max(0.0, r[1]):.0f} s ago)" for r in peers)
+        raise StoreError(
+            f"the database is at schema version {done} and broadcasters run on it ({names}); this tidings needs "
+            f"version {newest}: stop them all, then start this version (a broadcaster counts as running until it "
+            f"leaves, or for {within_s:.0f} s after its last heartbeat)"
+        )

@@ -77,9 +77,11 @@ class PostgresStore(
 
     def __init__(
         self, dsn: str, *, min_size: int = 2, max_size: int = 10, max_batch: int = 512,
-        server_settings: dict[str, str] | None = None, timeout_s: float = 10.0,
+        server_settings: dict[str, str] | None = None, timeout_s: float = 10.0, peers_within_s: float = 15.0,
     ) -> None:
         self._dsn = dsn
+        self._peers_within_s = peers_within_s
+        """A migration waits for broadcasters seen this recently to be gone (``_pg_migrations``)."""
         self._min_size = min_size
         self._max_size = max_size
         self._max_batch = max_batch
@@ -112,7 +114,7 @@ class PostgresStore(
             ) from e
         try:
             async with pool.acquire() as c:
-                self.migrated = await migrate(c)
+                self.migrated = await migrate(c, peers_within_s=self._peers_within_s)
         except BaseException as e:
             await pool.close()
             if isinstance(e, asyncpg.PostgresError):

@@ -13,6 +13,7 @@ while the writer commits.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -23,15 +24,17 @@ from typing import Any, TypeVar
 from ..errors import StoreError
 from ._base import Store
 from ._records import AppendRouter
-from ._sqlite_db import DDL, private_files
-from ._sqlite_deliveries import BATCH_INDEX, DELIVERIES_DDL, SQLiteDeliveryStore
+from ._sqlite_db import private_files
+from ._sqlite_deliveries import SQLiteDeliveryStore
 from ._sqlite_events import SQLiteEventStore
+from ._sqlite_migrations import header_version, migrate, refuse_newer
 from ._sqlite_principals import SQLitePrincipalStore
 from ._sqlite_registry import SQLiteRegistryStore
-from ._sqlite_replays import REPLAY_DDL, SQLiteReplayStore
-from ._sqlite_schemas import SCHEMA_DDL, SQLiteSchemaStore, migrate_schemas
+from ._sqlite_replays import SQLiteReplayStore
+from ._sqlite_schemas import SQLiteSchemaStore
 from ._sqlite_stats import SQLiteStatisticsStore
 from ._sqlite_writer import Writer
+from .backup import hold_folder
 
 __all__ = ["SQLiteStore"]
 
@@ -62,6 +65,7 @@ class SQLiteStore(
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._router: AppendRouter | None = None
+        self._folder_lock: int | None = None
 
     @property
     def path(self) -> str:
@@ -70,10 +74,20 @@ class SQLiteStore(
     async def open(self) -> None:
         if self._path != ":memory:":
             private_files(Path(self._path))
+            # Shared: other commands may open the store beside a server; a restore may not.
+            self._folder_lock = hold_folder(Path(self._path).parent)
+            on_file = header_version(self._path)
+            if on_file is not None:
+                try:
+                    refuse_newer(on_file, "the store")
+                except StoreError as e:
+                    self._release_folder()
+                    raise StoreError(f"cannot open {self._path}: {e}") from None
         w = Writer(self._path, self._max_batch, self._router, _setup, fsync=self._fsync)
         w.start()
         await asyncio.to_thread(w.ready.wait)
         if w.error is not None:
+            self._release_folder()
             raise StoreError(f"cannot open {self._path}: {w.error}") from w.error
         self._writer = w
         self._pool = ThreadPoolExecutor(self._readers, thread_name_prefix="tidings-sqlite-reader")
@@ -90,6 +104,12 @@ class SQLiteStore(
             for c in self._conns:
                 c.close()
             self._conns.clear()
+        self._release_folder()
+
+    def _release_folder(self) -> None:
+        if self._folder_lock is not None:
+            os.close(self._folder_lock)
+            self._folder_lock = None
 
     def _write(self, fn: Callable[[sqlite3.Connection, Any], T]) -> asyncio.Future[T]:
         if self._writer is None:
@@ -118,20 +138,4 @@ class SQLiteStore(
 
 
 def _setup(conn: sqlite3.Connection) -> None:
-    conn.executescript(DDL + SCHEMA_DDL + DELIVERIES_DDL + REPLAY_DDL)
-    _migrate(conn)
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a store made by an earlier version up to this schema."""
-    columns = {r[1] for r in conn.execute("PRAGMA table_info(notifications)")}
-    if "sent" not in columns:
-        # Earlier versions counted a notification as sent when it was recorded: the rows
-        # pending now were counted already.
-        conn.execute("ALTER TABLE notifications ADD COLUMN sent INTEGER NOT NULL DEFAULT 1")
-    if "items" not in {r[1] for r in conn.execute("PRAGMA table_info(deliveries)")}:
-        # Earlier versions kept a row per record: none of theirs is packed.
-        conn.execute("ALTER TABLE deliveries ADD COLUMN n INTEGER")
-        conn.execute("ALTER TABLE deliveries ADD COLUMN items BLOB")
-    conn.execute(BATCH_INDEX)
-    migrate_schemas(conn)
+    migrate(conn, "the store")
