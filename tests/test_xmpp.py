@@ -242,6 +242,25 @@ async def test_a_reliable_subscriber_that_refuses_some_of_a_group_gets_only_thos
     assert len({attrs[notification_id] for _, _, attrs in log}) == 10
 
 
+async def test_the_longest_integers_reach_xmpp_subscribers_exactly(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    # ICRC-16 integers reach 4,300 digits (core.long_ints); over XMPP they travel as the
+    # <icrc16> JSON text, and come out as they went in. (An XMPP publish carries XML,
+    # which holds no ICRC-16 integer to refuse.)
+    ns = "com.example.long"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns}])
+    bob = await clients("bob")
+    await online(bob)
+    await bob.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'><reliable/></subscribe>")
+    longest = {"Map": [["n", {"Nat": int("9" * 4300)}], ["i", {"Int": -int("9" * 4299)}]]}
+    (res,) = await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": longest}])
+    assert "Ok" in res, res
+    await eventually(lambda: bob.ens, timeout=10)
+    (_, payload), = bob.ens
+    assert json.loads(payload[0].text or "") == longest
+
+
 async def test_xep0060_clients_discover_subscribe_publish_and_get_items(
     clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
 ) -> None:

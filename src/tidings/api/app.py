@@ -23,6 +23,7 @@ from ..bodies import read_body
 from ..broker import Broker
 from ..console import console_routes
 from ..core import ingest
+from ..core.long_ints import long_integer, long_message
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply, warning_header
@@ -97,6 +98,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             try:
                 arg = method.decode(body)
             except msgspec.ValidationError as e:
+                long = long_integer(body)
+                if long is not None:
+                    raise BadRequest(f"{name}: {long_message(*long)}", code="out_of_range") from None
                 # The typed decoder checks types while it parses, so a type error can come
                 # before broken JSON further on: tell the two apart.
                 if not _well_formed(body):
