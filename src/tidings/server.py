@@ -24,6 +24,7 @@ from .broker import Broker
 from .errors import ConfigError
 from .front import FrontConfig, FrontPool
 from .front.process import listening_socket
+from .http1 import Http1
 from .runtime import tune_gc
 from .settings import Settings
 from .store import redact_address, store_for
@@ -125,7 +126,7 @@ def _dump_tasks() -> None:
 
 def _config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
-        app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
+        app, host=settings.host, port=settings.port, http=Http1, lifespan="off",
         log_level="warning", access_log=False, server_header=False,
         # The console's event streams end when they see should_exit (within a second);
         # this bounds any other connection that would hold the shutdown up.
