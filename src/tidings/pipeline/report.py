@@ -225,9 +225,18 @@ def _nice(v: float) -> float:
 
 
 def _short(v: float) -> str:
-    if v >= 10_000:
+    """A figure on a chart (an axis label, a point's title): a count exactly, with
+    separators (``2,000``, never ``2e+03``), a fraction to at most three significant
+    digits in plain notation (``0.25``, ``12.5``); below 0.001, ``<0.001``."""
+    if isinstance(v, int):
+        return f"{v:,}"
+    if v == int(v) or abs(v) >= 100:
         return f"{v:,.0f}"
-    return f"{v:.3g}"
+    if abs(v) >= 10:
+        return f"{v:,.1f}"
+    if abs(v) >= 0.001:
+        return f"{v:.3f}".rstrip("0").rstrip(".") if abs(v) < 1 else f"{v:.2f}"
+    return "<0.001" if v > 0 else ">-0.001"
 
 
 def _time(ns: int, *, short: bool = False) -> str:
