@@ -164,7 +164,7 @@ def decode(body: bytes, decoder: msgspec.json.Decoder[Any], error_code: int) -> 
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as e:
-        long = long_integer(body)
+        long = long_integer(body, e)
         if long is not None:  # well-formed JSON, past what tidings reads: a 422 as for a bad value
             raise ConfluentError(422, error_code, f"invalid request body: {long_message(*long)}") from None
         raise ConfluentError(422, error_code, f"invalid request body: {e}") from None

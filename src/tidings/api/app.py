@@ -98,7 +98,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             try:
                 arg = method.decode(body)
             except msgspec.ValidationError as e:
-                long = long_integer(body)
+                long = long_integer(body, e)
                 if long is not None:
                     raise BadRequest(f"{name}: {long_message(*long)}", code="out_of_range") from None
                 # The typed decoder checks types while it parses, so a type error can come

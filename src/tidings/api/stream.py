@@ -193,7 +193,7 @@ class _Connection:
             try:
                 m = _decode(text)
             except msgspec.ValidationError as e:
-                long = long_integer(text)
+                long = long_integer(text, e)
                 code, message = ("out_of_range", long_message(*long)) if long else ("invalid_argument", str(e))
                 if not await self._refuse_item(text, code, message):
                     return
