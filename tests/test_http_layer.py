@@ -83,8 +83,12 @@ def served(request: pytest.FixtureRequest, server_factory: Callable[..., ServerP
     (b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed_request"),
     (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES + 10) + b"\r\n\r\n", 431, "headers_too_large"),
     (b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-Many: 0123456789\r\n" * 4000 + b"\r\n", 431, "headers_too_large"),
+    (b"GET /v1/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+     400, "websocket_refused"),
+    (b"GET /v1/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+     b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: bad\r\n\r\n", 400, "websocket_refused"),
 ], ids=["connect", "propfind", "post-openapi", "unknown-verb", "connect-authority", "bad-version", "bad-header",
-        "bad-length", "non-ascii-path", "one-big-header", "many-headers"])
+        "bad-length", "non-ascii-path", "one-big-header", "many-headers", "ws-no-key", "ws-bad-key"])
 def test_what_the_http_layer_refuses_speaks_the_documented_shape(
     served: ServerProcess, request_bytes: bytes, status: int, code: str
 ) -> None:

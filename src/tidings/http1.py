@@ -5,19 +5,24 @@ uvicorn's httptools protocol answers a request it cannot parse (an unknown verb 
 ``400 Invalid HTTP request received.``, and sets no bound on the size of a request's
 head. :class:`Http1` is that protocol with the documented JSON error body
 (``{"error": {"code", "message"}}``, docs/security.md) on those answers, and a bound on
-the head (:data:`MAX_HEAD_BYTES`; past it ``431``). The broker and the front processes
-both serve with it (``uvicorn.Config(http=Http1)``).
+the head (:data:`MAX_HEAD_BYTES`; past it ``431``). :class:`WsHandshake` does the same
+for a WebSocket handshake the server refuses (a missing or bad ``Sec-WebSocket-Key``),
+which uvicorn's sans-I/O protocol answered in plain text. The broker and the front
+processes both serve with them (``uvicorn.Config(http=Http1, ws=WsHandshake)``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Response as WsResponse
 
-__all__ = ["MAX_HEAD_BYTES", "Http1", "error_response"]
+__all__ = ["MAX_HEAD_BYTES", "Http1", "WsHandshake", "error_response"]
 
 MAX_HEAD_BYTES: Final = 64 * 1024
 """The most a request line and its headers may take together (nginx's large buffers
@@ -109,6 +114,27 @@ class Http1(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(error_response(status, code, message, extra, self.server_state.default_headers))
             self.transport.close()
+
+
+class WsHandshake(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol, refusing a handshake in tidings' shape."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # ``ServerProtocol.accept`` builds its refusals with ``self.reject``; so does
+        # uvicorn for its own (a 500): both come here.
+        self.conn.reject = _json_reject(self.conn.reject)  # type: ignore[method-assign, assignment]
+
+
+def _json_reject(reject: Callable[[Any, str], WsResponse]) -> Callable[[Any, str], WsResponse]:
+    def json_reject(status: Any, text: str) -> WsResponse:
+        message = text.strip() or "the WebSocket handshake was refused"
+        response = reject(status, json.dumps({"error": {"code": "websocket_refused", "message": message}}))
+        del response.headers["Content-Type"]
+        response.headers["Content-Type"] = "application/json"
+        return response
+
+    return json_reject
 
 
 class _HeadTooLarge(Exception):

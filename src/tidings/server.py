@@ -24,7 +24,7 @@ from .broker import Broker
 from .errors import ConfigError
 from .front import FrontConfig, FrontPool
 from .front.process import listening_socket
-from .http1 import Http1
+from .http1 import Http1, WsHandshake
 from .runtime import tune_gc
 from .settings import Settings
 from .store import redact_address, store_for
@@ -134,7 +134,7 @@ def _config(app: Any, settings: Settings) -> uvicorn.Config:
         # The stream face (docs/streaming.md): the sans-I/O protocol stops reading a
         # socket while the app does not take its messages (back-pressure); a message
         # past the limit closes the connection with 1009.
-        ws="websockets-sansio", ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
+        ws=WsHandshake, ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
     )
 
 

@@ -116,7 +116,7 @@ def main() -> int:
     """A front process (``python -m tidings.front``), configured by its broker."""
     import uvicorn
 
-    from ..http1 import Http1
+    from ..http1 import Http1, WsHandshake
     from ..runtime import tune_gc
 
     conf = json.loads(os.environ[_ENV])
@@ -132,7 +132,7 @@ def main() -> int:
         _app(config), http=Http1, lifespan="on", log_level="warning", access_log=False,
         server_header=False, timeout_graceful_shutdown=5,
         # As the broker's own (server.py): a message past the limit closes with 1009.
-        ws="websockets-sansio", ws_max_size=config.max_frame_bytes, ws_per_message_deflate=False,
+        ws=WsHandshake, ws_max_size=config.max_frame_bytes, ws_per_message_deflate=False,
     ))
     tune_gc()
 
