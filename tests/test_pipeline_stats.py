@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import ServerProcess, eventually
 from tests.test_e2e_guarantees import Env, Hook, letters
+from tidings.pipeline._human import fmt_figure as _short
 from tidings.pipeline.archive import archive
 from tidings.pipeline.cli import add_pipeline_parser, run_pipeline
-from tidings.pipeline.report import _short, render, write_report
+from tidings.pipeline.report import render, write_report
 from tidings.pipeline.session import prepare
 from tidings.pipeline.stats import Point, Row, Stats, stats
 from tidings.store import NewEvent, SQLiteStore, SubscriptionRecord
