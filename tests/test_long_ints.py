@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tidings.client import EventNotification, Subscriber
 from tidings.core.long_ints import INT_LIMIT, MAX_INT_DIGITS, NEGATIVE_LIMIT, long_integer
-from tidings.core.values import InvalidValue, check
+from tidings.core.values import InvalidValue, check, from_python
 from tidings.pipeline._rows import RowRefused, _headers, _wire_data
 
 from .conftest import ServerProcess, admin_api, eventually
@@ -102,6 +102,14 @@ def test_values_hold_integers_to_the_bound(digits: int, negative: bool) -> None:
         else:
             with pytest.raises(InvalidValue, match="4,300"):
                 check(wire)
+
+
+def test_the_sdk_refuses_an_integer_past_the_bound_before_sending_it() -> None:
+    # msgspec cannot even write one out (a bare ValueError from the encoder before).
+    assert from_python({"n": LONGEST}).to_wire() == {"Map": [["n", {"Nat": LONGEST}]]}
+    for x in (LONGEST + 1, LONGEST_NEGATIVE - 1):
+        with pytest.raises(InvalidValue, match="4,300"):
+            from_python({"n": [x]})
 
 
 def test_the_pipeline_refuses_a_row_past_the_bound_as_out_of_range() -> None:

@@ -399,6 +399,9 @@ def from_python(x: Any) -> Value:
     if type(x) is bool:
         return Value("Bool", x)
     if isinstance(x, int):
+        if not NEGATIVE_LIMIT < x < INT_LIMIT:  # the service would refuse it (and msgspec cannot write it)
+            raise InvalidValue(f"an integer has more digits than the {MAX_INT_DIGITS:,} ({MAX_INT_DIGITS - 1:,} when "
+                               "negative) tidings reads")
         return Value("Nat" if x >= 0 else "Int", int(x))
     if isinstance(x, float):
         if not math.isfinite(x):
