@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": {"core", "errors", "settings"},
     "client": {"core", "errors"},
     "broker": {"core", "errors", "settings", "store", "schemas", "outbound", "pipeline"},
-    "interchain": {"core", "errors", "client", "outbound", "pipeline"},
+    "interchain": {"core", "errors", "client", "outbound", "pipeline", "http1"},
     "console": {"core", "errors", "broker", "store"},
     "api": {"core", "errors", "broker", "schemas", "store", "console", "bodies"},
     "xmpp": {"core", "errors", "settings", "store", "broker"},

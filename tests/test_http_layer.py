@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import socket
 import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,14 +17,15 @@ from hypothesis import strategies as st
 from tidings.http1 import MAX_HEAD_BYTES
 
 from .conftest import ServerProcess
+from .interchain_support import DistributorProcess
 
 pytestmark = pytest.mark.e2e
 
 
-def exchange(server: ServerProcess, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send ``request`` as it is; the status, headers and body of the answer."""
-    port = int(server.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), 5) as s:
+def exchange(server: ServerProcess | None, request: bytes, port: str = "") -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as it is to ``server`` (or ``port``); the status, headers and body of the answer."""
+    port = port or (server.url.rsplit(":", 1)[1] if server is not None else "")
+    with socket.create_connection(("127.0.0.1", int(port)), 5) as s:
         s.settimeout(5)
         try:
             s.sendall(request)
@@ -124,3 +127,26 @@ def test_any_verb_or_request_line_gets_the_documented_shape(served: ServerProces
     status, headers, body = exchange(served, line.replace(b"\n", b"") + b"\r\nHost: x\r\nConnection: close\r\n\r\n")
     if body and status >= 400:
         documented_error(status, headers, body)
+
+
+def test_the_distributors_http_layer_speaks_the_same_shape(tmp_path: Path) -> None:
+    """``tidings distributor serve`` serves with the same protocol (docs/interchain.md's errors)."""
+    tag = uuid.uuid4().hex[:10]
+    d = DistributorProcess(tmp_path, {
+        "networks": [{"name": "R", "kind": "redis", "stream": f"test:http-layer:{tag}"}],
+        "redis": "redis://127.0.0.1:6379/0", "redis_prefix": f"test:http-layer:{tag}:",
+    })
+    d.start()
+    try:
+        port = str(d.port)
+        for request_bytes, status, code in [
+            (b"FOO /health HTTP/1.1\r\nHost: x\r\n\r\n", 501, "method_not_implemented"),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", 400, "malformed_request"),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES + 10) + b"\r\n\r\n", 431,
+             "headers_too_large"),
+        ]:
+            got_status, headers, body = exchange(None, request_bytes, port=port)
+            assert got_status == status, (got_status, headers, body)
+            assert documented_error(got_status, headers, body) == code
+    finally:
+        d.stop()
