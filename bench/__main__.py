@@ -31,6 +31,7 @@ from typing import Any
 
 from bench import peers as P
 from bench.suite import SCENARIOS, Row, Settings, log
+from tidings.pipeline._human import fmt_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "latest.json"
@@ -124,9 +125,7 @@ def _ratios(rows: list[Row]) -> None:
 
 
 def _num(v: float) -> str:
-    if v >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
+    return fmt_figure(v)  # never scientific notation (a latency of 0.00004 s read 4e-05)
 
 
 def table(rows: list[Row]) -> str:

@@ -38,6 +38,7 @@ from bench.live_plane import EVENT, paced_publishes, throughput
 from bench.stream import paced_stream_publishes
 from bench.subscriptions import fanout
 from tidings.client import EventNotification
+from tidings.pipeline._human import fmt_figure
 
 
 def _cpu(pid: int) -> dict[str, float]:
@@ -230,7 +231,7 @@ async def split(srv: Server, rate: float, seconds: float, stream: bool = False) 
         xs = sorted(xs)
         return " / ".join(f"{xs[min(len(xs) - 1, int(p * len(xs)))]:.2f}" for p in (0.5, 0.9, 0.99))
 
-    print(f"{len(rows)} events at {rate:g}/s; ms p50 / p90 / p99")
+    print(f"{len(rows)} events at {fmt_figure(rate)}/s; ms p50 / p90 / p99")
     print(f"  publish call -> broadcaster received  {pct([(r - t) / 1e6 for t, r, _, _ in rows])}")
     print(f"  received -> push sent (commit, route)  {pct([(s_ - r) / 1e6 for _, r, s_, _ in rows])}")
     print(f"  push sent -> subscriber handler       {pct([(h - s_) / 1e6 for _, _, s_, h in rows])}")

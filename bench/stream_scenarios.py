@@ -20,6 +20,7 @@ from bench.suite import (
     mark_incomplete,
     notifications_figure,
 )
+from tidings.pipeline._human import fmt_figure
 
 STREAM_WINDOW = 1000
 STREAM_LISTENERS = 4
@@ -88,13 +89,14 @@ async def latency(s: Settings) -> list[Row]:
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
             return await st.tidings_latency(srv, rate, s.seconds, LATENCY_WARMUP)
 
-    rows = [await _guard(name, "tidings", f"Stream publish -> Stream handler (stream: subscription) at {rate:g}/s",
+    at = f"at {fmt_figure(rate)}/s"
+    rows = [await _guard(name, "tidings", f"Stream publish -> Stream handler (stream: subscription) {at}",
                          unit, timeout, run_tidings, _lat_fig)]
     how, fn = LATENCY["nats"]
 
     async def run_nats() -> dict[str, Any]:
         return dict(await fn(rate, s.seconds, LATENCY_WARMUP))
 
-    rows.append(await _guard(name, s.peers["nats"].name, f"{how} at {rate:g}/s", unit, timeout, run_nats, _lat_fig,
+    rows.append(await _guard(name, s.peers["nats"].name, f"{how} {at}", unit, timeout, run_nats, _lat_fig,
                              s.peers["nats"]))
     return rows

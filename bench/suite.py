@@ -33,6 +33,7 @@ from bench.payloads import (
     RICH_EVENT,
     RICH_JSON_SCHEMA,
 )
+from tidings.pipeline._human import fmt_figure
 
 __all__ = ["EVENT", "FANOUT_SUBS", "PAYLOAD", "SCENARIOS", "Row", "Settings"]
 
@@ -92,7 +93,7 @@ async def _guard(scenario: str, system: str, how: str, unit: str, timeout: float
         row.skipped = f"client not installed ({e.name})"
     except Exception as e:  # a failing system is reported in its row, never fatal
         row.skipped = f"failed: {type(e).__name__}: {str(e)[:160]}"
-    shown = row.skipped or ", ".join(f"{k} {v:g}" for k, v in row.figures.items())
+    shown = row.skipped or ", ".join(f"{k} {fmt_figure(v)}" for k, v in row.figures.items())
     log(f"  [{scenario}] {system} ({how}): {shown}  [{time.monotonic() - t0:.1f} s]")
     return row
 
@@ -275,13 +276,13 @@ async def latency(s: Settings) -> list[Row]:
             with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
                 s.tidings_max_single = (await throughput(srv, s.clients, 1, 1.0, event=EVENT))["events_per_s"]
         rate = max(10.0, round(s.tidings_max_single / 2))
-        basis = f"50% of tidings' {s.tidings_max_single:g} events/s single-event publish"
+        basis = f"50% of tidings' {fmt_figure(s.tidings_max_single)} events/s single-event publish"
 
     async def run_tidings() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
             return await tidings_latency(srv, rate, s.seconds, warmup=LATENCY_WARMUP)
 
-    rows = [await _guard(name, "tidings", f"publish -> SDK Subscriber handler at {rate:g}/s", unit, timeout,
+    rows = [await _guard(name, "tidings", f"publish -> SDK Subscriber handler at {fmt_figure(rate)}/s", unit, timeout,
                          run_tidings, _lat_fig)]
     from bench.peers_latency import LATENCY
 
@@ -291,7 +292,7 @@ async def latency(s: Settings) -> list[Row]:
         async def run(fn: Callable[..., Awaitable[dict[str, Any]]] = fn) -> dict[str, Any]:
             return await fn(rate, s.seconds, LATENCY_WARMUP)
 
-        rows.append(await _guard(name, peer.name, f"{how} at {rate:g}/s", unit, timeout, run, _lat_fig, peer))
+        rows.append(await _guard(name, peer.name, f"{how} at {fmt_figure(rate)}/s", unit, timeout, run, _lat_fig, peer))
     for r in rows:
         r.details["rate_basis"] = basis
     return rows
@@ -327,7 +328,7 @@ async def filter_cost(s: Settings) -> list[Row]:
             with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
                 return await paced(srv, rate, s.seconds, LATENCY_WARMUP, subscription_filter=flt)
 
-        rows.append(await _guard("filter-cost", "tidings", f"publish -> handler at {rate:g}/s, another "
+        rows.append(await _guard("filter-cost", "tidings", f"publish -> handler at {fmt_figure(rate)}/s, another "
                                  f"subscription with a {label}", "ms", 2 * s.seconds + 60, run_lat, _lat_fig))
     return rows
 
@@ -341,7 +342,8 @@ async def xmpp_latency(s: Settings) -> list[Row]:
     async def run() -> dict[str, Any]:
         return await run_xmpp(rate, s.seconds, LATENCY_WARMUP)
 
-    return [await _guard("xmpp-latency", "tidings", f"HTTP publish -> XMPP ENS client via Prosody at {rate:g}/s",
+    at = f"at {fmt_figure(rate)}/s"
+    return [await _guard("xmpp-latency", "tidings", f"HTTP publish -> XMPP ENS client via Prosody {at}",
                          "ms", 2 * s.seconds + 90, run, _lat_fig)]
 
 

@@ -22,13 +22,14 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": {"core", "errors", "settings"},
     "client": {"core", "errors"},
     "broker": {"core", "errors", "settings", "store", "schemas", "outbound", "pipeline"},
-    "interchain": {"core", "errors", "client", "outbound", "pipeline"},
+    "interchain": {"core", "errors", "client", "outbound", "pipeline", "http1"},
     "console": {"core", "errors", "broker", "store"},
     "api": {"core", "errors", "broker", "schemas", "store", "console", "bodies"},
     "xmpp": {"core", "errors", "settings", "store", "broker"},
     "runtime": set(),
     "logs": set(),
-    "front": {"core", "errors", "runtime", "bodies", "logs"},
+    "front": {"core", "errors", "runtime", "bodies", "logs", "http1"},
+    "http1": set(),
     "bodies": {"errors"},
 }
 TOP = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if p.is_dir()}

@@ -243,3 +243,97 @@ async def test_secret_methods_check_callers_and_values(server: ServerProcess) ->
     finally:
         for s in (bobs, carols, admins):
             await s.close()
+
+
+async def test_a_broker_made_secret_is_revealed_to_its_controllers_and_verifies_with_standard_webhooks(
+    server: ServerProcess, endpoints: Any
+) -> None:
+    """A subscription registered without a secret is signed with one the broker made: its
+    controllers obtain it in full by asking for it, a Standard Webhooks library verifies
+    the pushes with it, listings stay masked, and another principal gets nothing."""
+    from standardwebhooks import Webhook, WebhookVerificationError
+
+    verified: list[int] = []
+    refusals: list[str] = []
+    holder: dict[str, Webhook] = {}
+
+    async def receiver(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = await read_body(receive)
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        try:
+            notes = holder["hook"].verify(body, headers)
+        except (KeyError, WebhookVerificationError) as e:
+            refusals.append(repr(e))
+            await respond(send, 401)
+            return
+        verified.extend(n["eventId"] for n in notes)
+        await respond(send)
+
+    ep = await endpoints(receiver)
+    async with Admin(server.url, server.admin_token) as admin, Publisher(server.url, server.admin_token) as pub:
+        alice = await admin.create_principal("alice")
+        mallory = await admin.create_principal("mallory")
+        await pub.register_publication(NS)
+
+    async def call(token: str, method: str, arg: Any) -> tuple[int, dict[str, str], Any]:
+        async with aiohttp.ClientSession() as http, http.post(
+            f"{server.url}/v1/{method}", data=json.dumps(arg), headers={"authorization": f"Bearer {token}"}
+        ) as resp:
+            return resp.status, dict(resp.headers), await resp.json()
+
+    _, _, [r] = await call(alice, "icrc72_register_subscription", [{"namespace": NS, "endpoint": ep.url}])
+    sub_id = r["Ok"]
+    status, headers, [shown] = await call(alice, "tidings_reveal_subscription_secrets", [sub_id])
+    assert status == 200 and headers.get("Cache-Control") == "no-store"
+    (secret,) = shown["Ok"]
+    assert secret.startswith("whsec_") and not secret.endswith("…")
+    _, _, [listed] = await call(alice, "tidings_get_subscription_secrets", [sub_id])
+    assert listed["Ok"] == [mask(secret)]  # listings stay masked
+    _, _, subs = await call(alice, "icrc72_get_subscriptions", {})
+    assert secret not in json.dumps(subs)
+    # Another principal: refused, and nothing of the secret in the answer.
+    for method in ("tidings_reveal_subscription_secrets", "tidings_get_subscription_secrets"):
+        status, _, [theirs] = await call(mallory, method, [sub_id])
+        assert status == 200 and list(theirs["Err"]) == ["Unauthorized"], theirs
+        assert secret[6:12] not in json.dumps(theirs)
+    _, _, [unknown] = await call(alice, "tidings_reveal_subscription_secrets", [sub_id + 100])
+    assert list(unknown["Err"]) == ["NotFound"]
+
+    holder["hook"] = Webhook(secret)
+    async with Publisher(server.url, server.admin_token) as pub:
+        ids = [await pub.publish(NS, i) for i in range(3)]
+        await eventually(lambda: sorted(verified) == ids, timeout=15)
+    assert refusals == []
+
+    # The SDK: a Subscriber that did not register the subscription learns its secrets by
+    # revealing them, then verifies its pushes (and refuses one signed otherwise).
+    got: list[int] = []
+
+    async def handle(n: EventNotification) -> None:
+        got.append(n.eventId)
+
+    sdk = Subscriber(handle, url=server.url, token=alice)
+    mallorys = Subscriber(_ignore, url=server.url, token=mallory)
+    sdk_ep = await endpoints(sdk)
+    try:
+        assert await sdk.reveal_secrets(sub_id) == [secret]
+        await sdk.update(sub_id, endpoint=sdk_ep.url)
+        async with Publisher(server.url, server.admin_token) as pub:
+            later = await pub.publish(NS, "via the SDK")
+        await eventually(lambda: got == [later], timeout=15)
+        body = msgspec.json.encode([EventNotification(
+            id=99, eventId=99, prev_id=None, timestamp=1, namespace=NS, data={"Nat": 1}, source="mallory",
+        )])
+        forged = {"content-type": "application/json", "x-tidings-subscription": str(sub_id),
+                  **sign([encode_secret(b"m" * 32)], "m1", int(time.time()), body)}
+        async with aiohttp.ClientSession() as http, http.post(sdk_ep.url, data=body, headers=forged) as resp:
+            assert resp.status == 401
+        # Mallory's SDK cannot learn it.
+        with pytest.raises(ItemError) as e:
+            await mallorys.reveal_secrets(sub_id)
+        assert e.value.code == "Unauthorized"
+    finally:
+        await sdk.close()
+        await mallorys.close()

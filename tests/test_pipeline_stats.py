@@ -16,8 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.conftest import ServerProcess, eventually
 from tests.test_e2e_guarantees import Env, Hook, letters
+from tidings.pipeline._human import fmt_figure as _short
 from tidings.pipeline.archive import archive
 from tidings.pipeline.cli import add_pipeline_parser, run_pipeline
 from tidings.pipeline.report import render, write_report
@@ -249,3 +253,42 @@ def test_expire_trims_delivery_records_past_their_age(tmp_path: Path, capsys: An
     time.sleep(0.01)
     assert expire("0") == 3
     assert expire("0") == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**18))
+def test_chart_figures_are_exact_counts(n: int) -> None:
+    """A count on a chart reads as itself: ``2,000``, never ``2e+03`` (counts from 1,000
+    to 9,999 were labelled that way)."""
+    text = _short(float(n)) if n < 2**53 else _short(n)
+    assert "e" not in text.lower()
+    assert int(text.replace(",", "")) == n
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(-1e12, 1e12, allow_nan=False))
+def test_chart_figures_are_never_in_scientific_notation(v: float) -> None:
+    text = _short(v)
+    assert "e" not in text.lower(), text
+    if text.startswith(("<", ">")):
+        assert abs(v) < 0.001
+    else:  # a clearly rounded figure: within half its last digit of the value
+        plain = float(text.replace(",", ""))
+        decimals = len(text.split(".")[1]) if "." in text else 0
+        assert abs(plain - v) <= 0.5 * 10**-decimals + 1e-9
+
+
+def test_the_report_labels_thousands_as_numbers() -> None:
+    hour = 3600 * 10**9
+    base = {"notifications": 2000, "confirmations": 1999, "retries": 0, "dead_letters": 1, "dropped": 0,
+            "pending": 0, "p50_ms": 3.0, "p90_ms": 4.0, "p99_ms": 5.0}
+    series = [Point(dimension="all", key="", start_ns=t * hour, events=n, **base)
+              for t, n in ((10, 1500), (11, 4321), (12, 2000))]
+    result = Stats(data_dir="/srv", since_ns=None, until_ns=None, bucket_s=3600, generated_at_ns=13 * hour,
+                   totals=Row(dimension="all", key="", events=7821, **base), rows=[], series=series, spark_s=1.0)
+    page = render(result)
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>|<title>([^<]*)</title>", page)
+    shown = " ".join(a or b for a, b in labels)
+    assert not re.search(r"\d[eE][+-]?\d", shown), shown
+    assert "4,321" in shown and "5,000" in shown  # a point's exact count; the axis' top

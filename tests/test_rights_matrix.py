@@ -96,6 +96,7 @@ def mallory_on_alices(w: World) -> dict[str, Any]:
         "tidings_redrive_dead_letters": [1],
         "tidings_drop_dead_letters": [1],
         "tidings_get_subscription_secrets": [sub],
+        "tidings_reveal_subscription_secrets": [sub],
         "tidings_rotate_subscription_secret": [{"id": sub}],
         "tidings_create_principal": {"name": "mallory2", "admin": True},
         "tidings_revoke_tokens": {"principal": "alice"},

@@ -213,6 +213,54 @@ async def test_reliable_subscriptions_are_resent_until_acknowledged_and_others_e
     assert carol.ens == []
 
 
+async def test_a_reliable_subscriber_that_refuses_some_of_a_group_gets_only_those_again(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    # Each notification is its own iq and its own acknowledgement: an error to one of a
+    # group is no error to the others (all ten came again, under new iq ids, before).
+    ns = "com.example.group"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns}])
+    bob = await clients("bob")
+    await online(bob)
+    await bob.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'><reliable/></subscribe>")
+    refused = {0, 4, 7}
+    bob.refuse_once = {json.dumps({"Nat": i}, separators=(",", ":")): "service-unavailable" for i in refused}
+    res = await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Nat": i}} for i in range(10)])
+    ids = [r["Ok"][0] for r in res]
+    await eventually(lambda: sum(answer == "result" for _, answer, _ in bob.ens_log) >= 10, timeout=15)
+    await asyncio.sleep(1.0)  # room for any push that should not come
+    log = bob.ens_log
+    assert len(log) == 10 + len(refused), log
+    event_id, notification_id = "{urn:tidings:notification}eventId", "{urn:tidings:notification}id"
+    answered = [int(attrs[event_id]) for _, answer, attrs in log if answer == "result"]
+    assert sorted(answered) == sorted(ids)  # each event acknowledged exactly once
+    first_refused = [(iq_id, attrs) for iq_id, answer, attrs in log if answer != "result"]
+    assert sorted(int(a[event_id]) for _, a in first_refused) == sorted(ids[i] for i in refused)
+    for iq_id, attrs in first_refused:  # a repeat is recognisable: the same iq id and ids
+        (again,) = [a for i, answer, a in log if i == iq_id and answer == "result"]
+        assert again == attrs
+    assert len({attrs[notification_id] for _, _, attrs in log}) == 10
+
+
+async def test_the_longest_integers_reach_xmpp_subscribers_exactly(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    # ICRC-16 integers reach 4,300 digits (core.long_ints); over XMPP they travel as the
+    # <icrc16> JSON text, and come out as they went in. (An XMPP publish carries XML,
+    # which holds no ICRC-16 integer to refuse.)
+    ns = "com.example.long"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns}])
+    bob = await clients("bob")
+    await online(bob)
+    await bob.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'><reliable/></subscribe>")
+    longest = {"Map": [["n", {"Nat": int("9" * 4300)}], ["i", {"Int": -int("9" * 4299)}]]}
+    (res,) = await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": longest}])
+    assert "Ok" in res, res
+    await eventually(lambda: bob.ens, timeout=10)
+    (_, payload), = bob.ens
+    assert json.loads(payload[0].text or "") == longest
+
+
 async def test_xep0060_clients_discover_subscribe_publish_and_get_items(
     clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
 ) -> None:

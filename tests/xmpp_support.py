@@ -118,6 +118,8 @@ class Client(slixmpp.ClientXMPP):
         self.items: list[tuple[str, str, list[ET.Element]]] = []
         self.authorise_requests: list[tuple[str, str | None]] = []
         self.ens_answer = "result"  # or an error condition, or "none" (never answer)
+        self.refuse_once: dict[str, str] = {}  # payload text -> the error condition its first push gets
+        self.ens_log: list[tuple[str, str, dict[str, str]]] = []  # every push: iq id, answer, publish's attributes
         self.authorise_answer: Any = "result"  # or ("error", code, condition), or "none"
         self.keep_online = True
         self.enable_starttls = False
@@ -157,9 +159,12 @@ class Client(slixmpp.ClientXMPP):
             return
         if self.ens_answer == "none":
             return
+        text = child[0].text if len(child) else None
+        answer = self.refuse_once.pop(text or "", None) or self.ens_answer
+        self.ens_log.append((str(iq["id"]), answer, dict(child.attrib)))
         self.ens.append((child.get("jid", ""), list(child)))
         self.ens_at.append(time.perf_counter_ns())
-        if self.ens_answer == "result":
+        if answer == "result":
             reply = iq.reply(clear=True)
             ET.SubElement(reply.xml, f"{{{ENS}}}published")
             reply.send()
@@ -167,7 +172,7 @@ class Client(slixmpp.ClientXMPP):
             self.ens.pop()  # refused: not received
             self.ens_at.pop()
             reply = iq.reply(clear=True)
-            reply["error"]["condition"] = self.ens_answer
+            reply["error"]["condition"] = answer
             reply["type"] = "error"
             reply.send()
 

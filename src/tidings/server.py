@@ -23,6 +23,7 @@ from .broker import Broker
 from .errors import ConfigError
 from .front import FrontConfig, FrontPool
 from .front.process import listening_socket
+from .http1 import Http1, WsHandshake
 from .logs import announce
 from .runtime import tune_gc
 from .settings import Settings
@@ -127,7 +128,7 @@ def _dump_tasks() -> None:
 
 def _config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
-        app, host=settings.host, port=settings.port, http="httptools", lifespan="off",
+        app, host=settings.host, port=settings.port, http=Http1, lifespan="off",
         log_level="warning", access_log=False, server_header=False,
         # uvicorn's own loggers go to ours (tidings.logs: the format, the scrub) rather
         # than to handlers of its own.
@@ -138,7 +139,7 @@ def _config(app: Any, settings: Settings) -> uvicorn.Config:
         # The stream face (docs/streaming.md): the sans-I/O protocol stops reading a
         # socket while the app does not take its messages (back-pressure); a message
         # past the limit closes the connection with 1009.
-        ws="websockets-sansio", ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
+        ws=WsHandshake, ws_max_size=settings.stream_max_frame_bytes, ws_per_message_deflate=False,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from ..core.long_ints import long_integer, long_message
 from ..core.undecodable import UNDECODABLE
 from ..core.wire_schemas import CompatibilityIssue, SchemaErr
 from ..errors import ApiError
@@ -163,6 +164,9 @@ def decode(body: bytes, decoder: msgspec.json.Decoder[Any], error_code: int) -> 
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as e:
+        long = long_integer(body, e)
+        if long is not None:  # well-formed JSON, past what tidings reads: a 422 as for a bad value
+            raise ConfluentError(422, error_code, f"invalid request body: {long_message(*long)}") from None
         raise ConfluentError(422, error_code, f"invalid request body: {e}") from None
     except UNDECODABLE as e:
         raise ConfluentError(400, 400, f"the body is not valid JSON: {e}") from None

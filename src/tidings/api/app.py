@@ -24,6 +24,7 @@ from ..broker import Broker
 from ..broker.metrics import ClusterView
 from ..console import console_routes
 from ..core import ingest
+from ..core.long_ints import long_integer, long_message
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
 from ._confluent_router import error_response as confluent_error
 from ._method import Reply, warning_header
@@ -98,6 +99,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             try:
                 arg = method.decode(body)
             except msgspec.ValidationError as e:
+                long = long_integer(body, e)
+                if long is not None:
+                    raise BadRequest(f"{name}: {long_message(*long)}", code="out_of_range") from None
                 # The typed decoder checks types while it parses, so a type error can come
                 # before broken JSON further on: tell the two apart.
                 if not _well_formed(body):
@@ -170,6 +174,17 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             return confluent_error(404, 404, "HTTP 404 Not Found")
         return error_response(404, "not_found", f"nothing at {request.url.path}; methods are at /v1/<name>")
 
+    async def wrong_verb(request: Request, exc: Exception) -> Response:
+        # A verb no route of the path takes (PROPFIND, CONNECT, POST /openapi.json):
+        # Starlette's own answer is plain text; the API's methods say POST.
+        if request.url.path.startswith("/v1/"):
+            return await method_not_allowed(request)
+        allow = getattr(exc, "headers", None) or {}
+        response = error_response(405, "method_not_allowed", f"{request.method} is not served at {request.url.path}")
+        if "Allow" in allow:
+            response.headers["Allow"] = allow["Allow"]
+        return response
+
     async def server_error(request: Request, exc: Exception) -> Response:
         return error_response(500, "internal", "internal error")
 
@@ -198,7 +213,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             *confluent_routes(broker),
             *console_routes(broker),
         ],
-        exception_handlers={404: not_found, 500: server_error},
+        exception_handlers={404: not_found, 405: wrong_verb, 500: server_error},
         lifespan=lifespan,
     )
 

@@ -104,6 +104,11 @@ async def _confirm(b: Broker, c: PrincipalRecord, a: list[int]) -> ConfirmResult
     return ConfirmResult(itemized=refused) if refused else await b.confirm(c, a)
 
 
+async def _no_store(results: Awaitable[list[ItemResult]]) -> Reply:
+    """Secrets in full: no cache on the way keeps a copy of the answer."""
+    return Reply(await results, {"Cache-Control": "no-store"})
+
+
 _ITEMS = list[ItemResult | None]
 
 METHODS: dict[str, Method] = {
@@ -225,7 +230,13 @@ METHODS: dict[str, Method] = {
         Method(
             "tidings_get_subscription_secrets", list[int], _ITEMS,
             _batch(lambda b, c, a: b.signing.get(c, a)),
-            "The secrets pushes to these subscriptions are signed with, newest first.",
+            "The secrets pushes to these subscriptions are signed with, newest first, masked.",
+        ),
+        Method(
+            "tidings_reveal_subscription_secrets", list[int], _ITEMS,
+            _batch(lambda b, c, a: _no_store(b.signing.reveal(c, a))),
+            "The secrets pushes to these subscriptions are signed with, newest first, in full "
+            "(for a receiver to verify pushes; the subscription's controllers only).",
         ),
         Method(
             "tidings_rotate_subscription_secret", list[SecretRotation], _ITEMS,

@@ -29,6 +29,7 @@ from ..broker import Broker
 from ..broker.broadcaster import check_event
 from ..core.config import SubscriptionConfig
 from ..core.int64 import out_of_range, range_message
+from ..core.long_ints import long_integer, long_message
 from ..core.retry import Outcome, classify
 from ..core.undecodable import UNDECODABLE
 from ..core.wire import ConfirmResult, ItemResult, err, ok
@@ -192,7 +193,9 @@ class _Connection:
             try:
                 m = _decode(text)
             except msgspec.ValidationError as e:
-                if not await self._refuse_item(text, "invalid_argument", str(e)):
+                long = long_integer(text, e)
+                code, message = ("out_of_range", long_message(*long)) if long else ("invalid_argument", str(e))
+                if not await self._refuse_item(text, code, message):
                     return
                 continue
             except msgspec.DecodeError as e:

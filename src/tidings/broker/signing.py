@@ -106,8 +106,20 @@ class Signing:
         return None
 
     async def get(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult]:
-        """``tidings_get_subscription_secrets``: the secrets in force, newest first, masked:
-        a secret is shown in full only when it is made (registration, rotation)."""
+        """``tidings_get_subscription_secrets``: the secrets in force, newest first, masked,
+        so that a listing (a console, a log of answers) never holds one that signs."""
+        return await self._secrets_of(caller, ids, webhooks.mask)
+
+    async def reveal(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult]:
+        """``tidings_reveal_subscription_secrets``: the secrets in force, newest first, in
+        full. A receiver must hold them to verify pushes, including those the broker made
+        for a subscription registered without one; only the subscription's controllers get
+        them, and only by asking for them by name."""
+        return await self._secrets_of(caller, ids, lambda secret: secret)
+
+    async def _secrets_of(
+        self, caller: PrincipalRecord, ids: Sequence[int], shown: Callable[[str], str]
+    ) -> list[ItemResult]:
         out: list[ItemResult] = []
         now = self._clock()
         for i in ids:
@@ -115,7 +127,7 @@ class Signing:
             if refused is not None:
                 out.append(refused)
                 continue
-            out.append(ok([webhooks.mask(s.secret) for s in await self._store.secrets(i, now)]))
+            out.append(ok([shown(s.secret) for s in await self._store.secrets(i, now)]))
         return out
 
     async def rotate(self, caller: PrincipalRecord, rotations: Sequence[SecretRotation]) -> list[ItemResult]:

@@ -61,11 +61,12 @@ class Subscriber:
     valid signature made at most ``tolerance_s`` seconds ago, else it is answered 401
     ``invalid_signature`` and the handler is not called; ``subscribe`` then registers
     subscriptions with the first of them. Without ``secret``, ``subscribe`` registers each
-    subscription with a fresh secret and verifies its pushes with it; ``secrets(id)`` and
-    ``rotate_secret(id)`` add the secrets they return. Once such a Subscriber knows a
+    subscription with a fresh secret and verifies its pushes with it; ``reveal_secrets(id)``
+    and ``rotate_secret(id)`` add the secrets they return. Once such a Subscriber knows a
     secret, a push of a subscription it knows none for is refused too (after a restart,
-    call ``secrets(id)`` for subscriptions registered earlier). A Subscriber without
-    ``secret`` that never learns one verifies nothing.
+    call ``reveal_secrets(id)`` for subscriptions registered earlier, or registered
+    without a secret elsewhere). A Subscriber without ``secret`` that never learns one
+    verifies nothing.
 
     ::
 
@@ -148,9 +149,19 @@ class Subscriber:
 
     async def secrets(self, subscription_id: int) -> list[str]:
         """The secrets pushes to a subscription are signed with, newest first, masked
-        (``whsec_AbCd…``): the service shows a secret in full only when it is made, at
-        registration and by :meth:`rotate_secret`, which this Subscriber then keeps."""
+        (``whsec_AbCd…``): enough to tell them apart; :meth:`reveal_secrets` gives them."""
         found: list[str] = await self._one("tidings_get_subscription_secrets", subscription_id)
+        return found
+
+    async def reveal_secrets(self, subscription_id: int) -> list[str]:
+        """The secrets pushes to a subscription are signed with, newest first, in full,
+        asked of the service (the subscription's controllers may). Unless this Subscriber
+        was given ``secret``, it verifies that subscription's pushes with them from now on:
+        how one learns the secret the broker made for a subscription registered without
+        one, or the secrets again after a restart."""
+        found: list[str] = await self._one("tidings_reveal_subscription_secrets", subscription_id)
+        if self._secrets is None:
+            self._learn(subscription_id, found)
         return found
 
     async def rotate_secret(self, subscription_id: int, overlap_s: int | None = None) -> str:

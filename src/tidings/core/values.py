@@ -25,6 +25,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from .long_ints import INT_LIMIT, MAX_INT_DIGITS, NEGATIVE_LIMIT
+
 __all__ = [
     "TAGS",
     "InvalidValue",
@@ -104,9 +106,14 @@ def _check_scalar(tag: str, x: Any, path: str) -> None:
     if tag == "Nat":
         if not _is_int(x) or x < 0:
             raise InvalidValue("Nat must be a non-negative integer", path)
+        if x >= INT_LIMIT:
+            raise InvalidValue(f"Nat has more than {MAX_INT_DIGITS:,} digits, the most tidings reads", path)
     elif tag == "Int":
         if not _is_int(x):
             raise InvalidValue("Int must be an integer", path)
+        if not NEGATIVE_LIMIT < x < INT_LIMIT:
+            raise InvalidValue(f"Int has more digits than the {MAX_INT_DIGITS:,} ({MAX_INT_DIGITS - 1:,} when "
+                               "negative) tidings reads", path)
     elif tag in ("Text", "Principal"):
         if not isinstance(x, str):
             raise InvalidValue(f"{tag} must be a string", path)
@@ -141,8 +148,8 @@ def _range_ok(tag: str) -> Any:
 
 # Fast acceptance tests per scalar variant; on failure _check_scalar says why.
 _SCALAR_OK: Final[dict[str, Any]] = {
-    "Nat": lambda x: type(x) is int and x >= 0,
-    "Int": lambda x: type(x) is int,
+    "Nat": lambda x: type(x) is int and 0 <= x < INT_LIMIT,
+    "Int": lambda x: type(x) is int and NEGATIVE_LIMIT < x < INT_LIMIT,
     "Text": lambda x: type(x) is str,
     "Principal": lambda x: type(x) is str and x != "",
     "Bool": lambda x: type(x) is bool,
@@ -208,8 +215,8 @@ def _check(obj: Any, depth: int) -> None:
             raise _Bad("Floats must be an array of finite numbers")
         return
     if tag == "Nats":
-        if type(x) is not list or not all(_is_int(n) and n >= 0 for n in x):
-            raise _Bad("Nats must be an array of non-negative integers")
+        if type(x) is not list or not all(_is_int(n) and 0 <= n < INT_LIMIT for n in x):
+            raise _Bad(f"Nats must be an array of non-negative integers of at most {MAX_INT_DIGITS:,} digits")
         return
     if depth >= MAX_DEPTH:
         raise _Bad(f"values nest at most {MAX_DEPTH} deep")
@@ -392,6 +399,9 @@ def from_python(x: Any) -> Value:
     if type(x) is bool:
         return Value("Bool", x)
     if isinstance(x, int):
+        if not NEGATIVE_LIMIT < x < INT_LIMIT:  # the service would refuse it (and msgspec cannot write it)
+            raise InvalidValue(f"an integer has more digits than the {MAX_INT_DIGITS:,} ({MAX_INT_DIGITS - 1:,} when "
+                               "negative) tidings reads")
         return Value("Nat" if x >= 0 else "Int", int(x))
     if isinstance(x, float):
         if not math.isfinite(x):

@@ -225,6 +225,19 @@ def front_app(config: FrontConfig) -> Starlette:
         if session is not None:
             await session.close()
 
+    async def wrong_verb(request: Request, exc: Exception) -> Response:
+        if request.method != "CONNECT":
+            return await proxy(request)  # the broker answers it, in its own shape
+        # CONNECT cannot be passed on as it came (a client library writes it in authority
+        # form): answered here, as the broker answers it.
+        if request.url.path.startswith("/v1/"):
+            response = _error(405, "method_not_allowed", "API methods are called with POST")
+            response.headers["Allow"] = "POST"
+        else:
+            response = _error(405, "method_not_allowed", f"CONNECT is not served at {request.url.path}")
+            response.headers["Allow"] = ", ".join(_METHODS)  # what a path takes, it says to them
+        return response
+
     async def unmatched(request: Request, exc: Exception) -> Response:
         # A path no route pattern takes (a control character such as %0A in it): the
         # broker answers it, in its own shape (Confluent's under the Confluent prefixes).
@@ -237,7 +250,8 @@ def front_app(config: FrontConfig) -> Starlette:
             WebSocketRoute("/{path:path}", websocket),
             Route("/{path:path}", proxy, methods=_METHODS),
         ],
-        exception_handlers={404: unmatched},
+        # A verb no route takes (CONNECT, PROPFIND): the broker answers it in its shape too.
+        exception_handlers={404: unmatched, 405: wrong_verb},
         lifespan=lifespan,
     )
 

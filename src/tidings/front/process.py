@@ -116,6 +116,7 @@ def main() -> int:
     """A front process (``python -m tidings.front``), configured by its broker."""
     import uvicorn
 
+    from ..http1 import Http1, WsHandshake
     from ..logs import configure
     from ..runtime import tune_gc
 
@@ -130,10 +131,10 @@ def main() -> int:
                          max_batch_items=conf["max_batch_items"], max_frame_bytes=conf["max_frame_bytes"])
     sock = listening_socket(conf["host"], conf["port"])
     server = uvicorn.Server(uvicorn.Config(
-        _app(config), http="httptools", lifespan="on", log_level="warning", access_log=False, log_config=None,
+        _app(config), http=Http1, lifespan="on", log_level="warning", access_log=False, log_config=None,
         server_header=False, timeout_graceful_shutdown=5,
         # As the broker's own (server.py): a message past the limit closes with 1009.
-        ws="websockets-sansio", ws_max_size=config.max_frame_bytes, ws_per_message_deflate=False,
+        ws=WsHandshake, ws_max_size=config.max_frame_bytes, ws_per_message_deflate=False,
     ))
     tune_gc()
 

@@ -8,6 +8,7 @@ import logging
 
 import uvicorn
 
+from ..http1 import Http1
 from ..outbound import Outbound
 from .api import make_app
 from .config import DistributorConfig
@@ -32,7 +33,7 @@ async def serve(config: DistributorConfig) -> None:
         app = make_app(distributor)
         server = uvicorn.Server(uvicorn.Config(
             app, host=config.host, port=config.port, log_level="warning", lifespan="off",
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=5, http=Http1,  # what the HTTP layer refuses: the same JSON shape
         ))
         serving = asyncio.create_task(server.serve())
         while not server.started:

@@ -3,7 +3,22 @@
 
 from __future__ import annotations
 
-__all__ = ["fmt_bytes", "fmt_count", "fmt_rate", "fmt_seconds"]
+__all__ = ["fmt_bytes", "fmt_count", "fmt_figure", "fmt_rate", "fmt_seconds"]
+
+
+def fmt_figure(v: float) -> str:
+    """Any figure a person reads, in plain notation: a count exactly, with separators
+    (``2,000``, never ``2e+03``); a fraction to at most three significant digits
+    (``0.25``, ``12.5``); 100 and above to a whole number; below 0.001, ``<0.001``."""
+    if isinstance(v, int):
+        return f"{v:,}"
+    if v == int(v) or abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:,.1f}"
+    if abs(v) >= 0.001:
+        return f"{v:.3f}".rstrip("0").rstrip(".") if abs(v) < 1 else f"{v:.2f}"
+    return "<0.001" if v > 0 else ">-0.001"
 
 
 def fmt_count(n: int | float) -> str:

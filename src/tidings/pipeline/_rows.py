@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ..core.long_ints import long_integer, long_message
 from ..core.undecodable import UNDECODABLE
 from ..core.values import InvalidValue, check, from_python
 from ..core.wire import Event
@@ -136,10 +137,20 @@ def _wire_data(text: Any) -> Any:
         data = _decode(text)
         check(data, "$.data")
     except UNDECODABLE as e:
+        _refuse_long(text, "$.data", e)
         raise RowRefused("InvalidValue", f"the row's data is not JSON: {e}") from None
     except InvalidValue as e:
         raise RowRefused("InvalidValue", f"the row's data is not ICRC-16 wire JSON: {e}") from None
     return data
+
+
+def _refuse_long(text: Any, column: str, error: BaseException) -> None:
+    """Refuse, as out of range, a JSON text that failed to decode for an integer longer
+    than tidings reads (well-formed, so not "not JSON")."""
+    long = long_integer(text, error) if isinstance(text, (str, bytes)) else None
+    if long is not None:
+        where, digits = long
+        raise RowRefused("OutOfRange", long_message(column + where[1:], digits)) from None
 
 
 def _headers(text: Any) -> list[tuple[str, Any]]:
@@ -150,6 +161,7 @@ def _headers(text: Any) -> list[tuple[str, Any]]:
         for key, value in pairs:
             check(value, f"$.headers.{key}")
     except UNDECODABLE as e:
+        _refuse_long(text, "$.headers", e)
         raise RowRefused("InvalidValue", f"the row's headers are not JSON Map pairs [[key, value], ...]: {e}") from None
     except InvalidValue as e:
         raise RowRefused("InvalidValue", f"the row's headers: {e}") from None

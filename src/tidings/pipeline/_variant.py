@@ -11,7 +11,8 @@ own decoder).
 Choices where the view's JSON text would leave Spark's ``parse_json`` free:
 
 * integers take the smallest of int8..int64; beyond that, decimal(38, 0) up to 38
-  digits, then a double (as ``parse_json`` does);
+  digits, then a double (as ``parse_json`` does), and null past a double's range (as an
+  infinite float is; ICRC-16 integers reach 4,300 digits, ``core.long_ints``);
 * floats are doubles (``parse_json`` would make ``2.5`` a decimal); NaN and the
   infinities, which JSON cannot hold, are null, as in the view's text;
 * a repeated Map key keeps its last value, as the view does.
@@ -169,7 +170,10 @@ def _int(x: int) -> bytes:
         return b"\x18" + x.to_bytes(8, "little", signed=True)
     if -_MAX_DECIMAL16 < x < _MAX_DECIMAL16:
         return bytes([_DECIMAL16, 0]) + x.to_bytes(16, "little", signed=True)
-    return _double(float(x))
+    try:
+        return _double(float(x))
+    except OverflowError:  # past a double (about 309 digits): an infinite double, so null
+        return _NULL
 
 
 def _double(x: float) -> bytes:

@@ -19,6 +19,7 @@ from html import escape
 from pathlib import Path
 from typing import Final
 
+from ._human import fmt_figure
 from .stats import Dimension, Point, Row, Stats
 
 __all__ = ["render", "write_report"]
@@ -169,7 +170,7 @@ def _chart(title: str, xs: list[int], series: Sequence[Series]) -> str:
     for i in range(5):  # horizontal grid and y labels
         v = top * i / 4
         out.append(f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid" />'
-                   f'<text x="{_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{_short(v)}</text>')
+                   f'<text x="{_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{fmt_figure(v)}</text>')
     for t in _ticks(xs):
         out.append(f'<text x="{x(t):.1f}" y="{_H - _BOTTOM + 16}" text-anchor="middle">{_time(t, short=True)}</text>')
     out.append(f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP_M}" y2="{_TOP_M + ph}" class="axis" />'
@@ -186,7 +187,7 @@ def _chart(title: str, xs: list[int], series: Sequence[Series]) -> str:
             for t, value in zip(xs, ys, strict=True):
                 if value is not None:
                     out.append(f'<circle cx="{x(t):.1f}" cy="{y(value):.1f}" r="2.6" fill="{colour}">'
-                               f"<title>{escape(name)} {_time(t)}: {_short(value)}</title></circle>")
+                               f"<title>{escape(name)} {_time(t)}: {fmt_figure(value)}</title></circle>")
         label = escape(name if len(name) <= 28 else name[:27] + "…")
         out.append(f'<rect x="{lx}" y="10" width="10" height="10" fill="{colour}" />'
                    f'<text x="{lx + 14}" y="19">{label}</text>')
@@ -222,12 +223,6 @@ def _nice(v: float) -> float:
         return 1.0
     mag = 10 ** math.floor(math.log10(v))
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= v)
-
-
-def _short(v: float) -> str:
-    if v >= 10_000:
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
 
 
 def _time(ns: int, *, short: bool = False) -> str:

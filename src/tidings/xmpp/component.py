@@ -39,7 +39,7 @@ from ..settings import Settings
 from ..store import PrincipalRecord, SubscriptionRecord
 from . import ens_face, pubsub_face
 from .payload import MAX_DEPTH, to_xml, too_deep
-from .stanzas import ENS, StanzaError, code_of
+from .stanzas import ENS, NOTIFICATION, StanzaError, code_of
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -79,6 +79,8 @@ class XmppFace:
         x = slixmpp.ComponentXMPP(
             self.domain, self.settings.xmpp_secret, self.settings.xmpp_host, self.settings.xmpp_port
         )
+        # slixmpp writes out a namespaced attribute only under a prefix it knows.
+        x.namespace_map[NOTIFICATION] = "tidings"
         x.register_handler(CoroutineCallback("tidings iq get", StanzaPath("iq@type=get"), self._on_iq))
         x.register_handler(CoroutineCallback("tidings iq set", StanzaPath("iq@type=set"), self._on_iq))
         x.add_event_handler("session_start", self._on_session_start)
@@ -255,28 +257,31 @@ class XmppFace:
         sends = []
         for n in batch:
             iq = x.make_iq_set(ito=ep.jid)
-            el = ET.SubElement(iq.xml, f"{{{ENS}}}publish", {"jid": ens.event_jid(n.event.namespace, self.domain)})
+            # A resend is the same stanza: same iq id, same event id (docs/xmpp.md, repeats).
+            iq["id"] = f"tidings-{n.id}"
+            el = ET.SubElement(iq.xml, f"{{{ENS}}}publish", {
+                "jid": ens.event_jid(n.event.namespace, self.domain),
+                f"{{{NOTIFICATION}}}eventId": str(n.event.id),
+                f"{{{NOTIFICATION}}}id": str(n.id),
+            })
             el.extend(to_xml(_decode(n.event.data)))
             sends.append(iq.send(timeout=deadline))
         results = await asyncio.gather(*sends, return_exceptions=True)
-        answer: list[dict[str, str]] = []
-        failed = ""
-        for r in results:
-            if not failed and isinstance(r, IqTimeout):
-                failed = "timeout"
-            elif not failed and isinstance(r, BaseException):
-                failed = f"xmpp_{_condition(r)}"
-            # After the first failure every later one is pushed again too: order holds.
-            answer.append({"Err": failed} if failed else {"Ok": ""})
-        if failed == "timeout" and all("Err" in a for a in answer):
+        # Each iq is its own acknowledgement: only those not answered ``result`` are owed
+        # again (the worker resends exactly the ``Err`` items).
+        answer = [{"Err": _failure(r)} if isinstance(r, BaseException) else {"Ok": ""} for r in results]
+        failures = [a["Err"] for a in answer if "Err" in a]
+        if failures and len(failures) == len(answer) and all(f == "timeout" for f in failures):
             return Outcome.NO_ANSWER, None, "timeout", None
-        return Outcome.ACK, answer, failed or "ok", None
+        return Outcome.ACK, answer, failures[0] if failures else "ok", None
 
 
-def _condition(e: BaseException) -> str:
+def _failure(e: BaseException) -> str:
+    if isinstance(e, IqTimeout):
+        return "timeout"
     if isinstance(e, IqError):
-        return str(e.condition or "error")
-    return "error"
+        return f"xmpp_{e.condition or 'error'}"
+    return "xmpp_error"
 
 
 def _condition_of(e: TidingsError) -> str:

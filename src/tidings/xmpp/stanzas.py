@@ -9,7 +9,7 @@ from msgspec import UnsetType
 
 from ..core.wire import ItemResult
 
-__all__ = ["ENS", "PUBSUB", "StanzaError", "error_of_item"]
+__all__ = ["ENS", "NOTIFICATION", "PUBSUB", "StanzaError", "error_of_item"]
 
 ENS = "http://xml.cataclysm.cx/jabber/ens/"
 PUBSUB = "http://jabber.org/protocol/pubsub"
@@ -20,6 +20,9 @@ PING = "urn:xmpp:ping"
 STANZAS = "urn:ietf:params:xml:ns:xmpp-stanzas"
 TIDINGS = "urn:tidings:subscription"
 """tidings' own additions to an ENS subscribe: ``<filter xmlns=TIDINGS>`` (docs/filters.md)."""
+NOTIFICATION = "urn:tidings:notification"
+"""The namespace of the attributes an ENS notification's ``<publish>`` carries beside the
+payload (``eventId``, ``id``): what a subscriber needs to drop a repeat (docs/xmpp.md)."""
 
 # XEP-0086: the legacy code XEP-0021 speaks in, for each condition, and back.
 _CODES = {

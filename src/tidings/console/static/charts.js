@@ -32,7 +32,7 @@ export class LineChart {
     for (let i = 0; i <= 4; i++) {
       const y = top + (hgt - top - bottom) * (1 - i / 4);
       g.beginPath(); g.moveTo(left, y); g.lineTo(w - right, y); g.stroke();
-      g.fillText(fmt(ymax * i / 4), 2, y + 4);
+      g.fillText(figure(ymax * i / 4), 2, y + 4);
     }
     g.fillText(this.points.length ? (this.points.length - 1) + " s ago" : "waiting for data", left, hgt - 4);
     g.fillText("now", w - right - 22, hgt - 4);
@@ -53,7 +53,11 @@ function niceCeil(v) {
   return 10 * p;
 }
 
-function fmt(v) { return v >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString(); }
+// An axis label: a count with separators ("2,000"), below 100 to one decimal; never in
+// scientific notation (Number's toString writes 1e21 and 1e-7 so).
+export function figure(v) {
+  return v.toLocaleString("en-US", { maximumFractionDigits: Math.abs(v) >= 100 ? 0 : 1, useGrouping: true });
+}
 
 // Rates and levels of one subscription from two snapshots of its counters.
 export function sample(prev, cur, dtSeconds) {
