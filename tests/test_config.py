@@ -208,14 +208,15 @@ def test_serve_with_a_config_file_in_json_logs_writes_only_json_lines(tmp_path: 
         while f"listening on http://127.0.0.1:{port}" not in log.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
-        # Requests HTTP cannot parse make the server's HTTP library (uvicorn) log a warning,
-        # in whichever process took the connection: its lines are JSON too.
+        # Requests HTTP cannot parse make the server's HTTP layer (uvicorn's protocol,
+        # tidings.http1) log a line at debug, in whichever process took the connection:
+        # its lines are JSON too.
         for _ in range(6):
             with socket.create_connection(("127.0.0.1", port)) as c:
                 c.sendall(b"NOT HTTP AT ALL tid_LeakedTokenValue1234\r\n\r\n")
                 c.recv(1024)
         deadline = time.monotonic() + 10
-        while "Invalid HTTP request" not in log.read_text() and time.monotonic() < deadline:
+        while "refused before the app" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         proc.terminate()
@@ -226,7 +227,7 @@ def test_serve_with_a_config_file_in_json_logs_writes_only_json_lines(tmp_path: 
         doc = json.loads(line)
         assert {"time", "level", "logger", "message", "process", "pid"} <= set(doc) <= set(FIELDS), doc
     assert any(json.loads(line)["message"].startswith("tidings ") for line in lines)
-    assert any("Invalid HTTP request" in json.loads(line)["message"] for line in lines)
+    assert any("refused before the app" in json.loads(line)["message"] for line in lines)
     assert (tmp_path / "data" / "tidings.db").exists()  # the data folder came from the file
 
 

@@ -129,7 +129,9 @@ def _dump_tasks() -> None:
 def _config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, http=Http1, lifespan="off",
-        log_level="warning", access_log=False, server_header=False,
+        # uvicorn's own lines below warning only when debugging (its start-up chatter
+        # otherwise; refusals before the app are logged at debug: docs/security.md).
+        log_level="debug" if settings.log_level == "debug" else "warning", access_log=False, server_header=False,
         # uvicorn's own loggers go to ours (tidings.logs: the format, the scrub) rather
         # than to handlers of its own.
         log_config=None,

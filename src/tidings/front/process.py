@@ -131,7 +131,8 @@ def main() -> int:
                          max_batch_items=conf["max_batch_items"], max_frame_bytes=conf["max_frame_bytes"])
     sock = listening_socket(conf["host"], conf["port"])
     server = uvicorn.Server(uvicorn.Config(
-        _app(config), http=Http1, lifespan="on", log_level="warning", access_log=False, log_config=None,
+        _app(config), http=Http1, lifespan="on", log_level="debug" if conf["log_level"] == "debug" else "warning",
+        access_log=False, log_config=None,
         server_header=False, timeout_graceful_shutdown=5,
         # As the broker's own (server.py): a message past the limit closes with 1009.
         ws=WsHandshake, ws_max_size=config.max_frame_bytes, ws_per_message_deflate=False,
