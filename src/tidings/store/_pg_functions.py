@@ -171,30 +171,40 @@ BEGIN
     UPDATE subscriptions SET cursor = p_cursor WHERE id = p_sub;
 END $$;
 
+-- Pending notifications of a subscription for events (seq, namespace), under ``p_ids``
+-- (set aside before a push) or new ids increasing in event order; their ids.
+CREATE FUNCTION tidings_insert_pending(p_ids bigint[], p_sub bigint, p_seqs bigint[], p_ns text[], p_now bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    ids bigint[] := p_ids;
+    k integer := coalesce(array_length(p_seqs, 1), 0);
+BEGIN
+    IF k = 0 THEN
+        RETURN '{}';
+    END IF;
+    IF ids IS NULL THEN
+        SELECT array_agg(v ORDER BY v) INTO ids
+        FROM (SELECT nextval('notifications_id_seq') AS v FROM generate_series(1, k)) AS q;
+    END IF;
+    INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent)
+    SELECT i, p_sub, s, ns, p_now, false FROM unnest(ids, p_seqs, p_ns) AS x(i, s, ns);
+    RETURN ids;
+END $$;
+
 CREATE FUNCTION tidings_open_notifications(
     f_key text, f_owner text, f_epoch bigint, p_sub bigint, p_cursor bigint,
     p_ids bigint[], p_seqs bigint[], p_ns text[], p_now bigint,
     s_scope text[], s_key text[], s_name text[], s_delta bigint[]
 ) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
-    ids bigint[] := p_ids;
-    k integer := coalesce(array_length(p_seqs, 1), 0);
+    ids bigint[];
 BEGIN
     PERFORM tidings_fence(f_key, f_owner, f_epoch);
     UPDATE subscriptions SET cursor = p_cursor WHERE id = p_sub;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF k = 0 THEN
-        ids := '{}';
-    ELSE
-        IF ids IS NULL THEN
-            SELECT array_agg(v ORDER BY v) INTO ids
-            FROM (SELECT nextval('notifications_id_seq') AS v FROM generate_series(1, k)) AS q;
-        END IF;
-        INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent)
-        SELECT i, p_sub, s, ns, p_now, false FROM unnest(ids, p_seqs, p_ns) AS x(i, s, ns);
-    END IF;
+    ids := tidings_insert_pending(p_ids, p_sub, p_seqs, p_ns, p_now);
     PERFORM tidings_add_stats(s_scope, s_key, s_name, s_delta);
     RETURN ids;
 END $$;
@@ -348,22 +358,15 @@ CREATE FUNCTION tidings_record_replay_batch(
     s_scope text[], s_key text[], s_name text[], s_delta bigint[]
 ) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
-    ids bigint[] := p_ids;
+    ids bigint[];
     k integer := coalesce(array_length(p_seqs, 1), 0);
 BEGIN
     PERFORM tidings_fence(f_key, f_owner, f_epoch);
     IF tidings_replay_debit(p_replay, p_sub, k, false) IS NULL THEN
         RETURN NULL;
     END IF;
-    IF k = 0 THEN
-        ids := '{}';
-    ELSE
-        IF ids IS NULL THEN
-            SELECT array_agg(v ORDER BY v) INTO ids
-            FROM (SELECT nextval('notifications_id_seq') AS v FROM generate_series(1, k)) AS q;
-        END IF;
-        INSERT INTO notifications(id, subscription_id, seq, namespace, created_at, sent)
-        SELECT i, p_sub, s, ns, p_now, false FROM unnest(ids, p_seqs, p_ns) AS x(i, s, ns);
+    ids := tidings_insert_pending(p_ids, p_sub, p_seqs, p_ns, p_now);
+    IF k > 0 THEN
         INSERT INTO replay_notes(id, replay_id, seq, namespace, event_id, prev_id, timestamp, source, headers, data)
         SELECT i, p_replay, s, ns, eid, pv, ts, src, h, d
         FROM unnest(ids, p_seqs, p_ns, p_eids, p_prevs, p_tss, p_srcs, p_headers, p_data)
