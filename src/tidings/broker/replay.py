@@ -41,7 +41,7 @@ from ..core.wire_replay import (
     replay_err,
     replay_ok,
 )
-from ..errors import Forbidden, Unavailable
+from ..errors import Forbidden, LeaseLost, StoreUnavailable, Unavailable
 from ..settings import Settings
 from ..store import InsufficientCredit, PrincipalRecord, ReplayRecord, Store, SubscriptionRecord
 from .delivery import Delivery
@@ -275,6 +275,12 @@ class Replays:
             raise
         except InsufficientCredit as e:
             await self._finish(rid, "errored", f"PaymentRequired: {e}")
+        except (LeaseLost, StoreUnavailable) as e:
+            # Not this replay's fault: it stays active, where it got to is stored, and it
+            # goes on from there (here at the next heartbeat's adoption, or on the
+            # broadcaster that delivers its subscription now).
+            log.warning("replay %s paused: %s", rid, e)
+            self._active.pop(rid, None)
         except Exception as e:
             log.exception("replay %s failed", rid)
             await self._finish(rid, "errored", f"{type(e).__name__}: {e}")
