@@ -24,14 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..core.namespaces import is_pattern
 from ..core.retry import Outcome
 from ..errors import LeaseLost, StoreError
 from ..store import PendingNotification, StoredEvent, SubscriptionRecord
-from .accounting import event_stats, per_notification_stats
+from .accounting import event_stats
+from .behind import Behind
 from .direct import DirectPush
 from .redelivery import (
     ENDPOINT_GONE,
@@ -52,7 +52,7 @@ __all__ = ["Gone", "Note", "Pushed", "Worker"]
 log = logging.getLogger("tidings.delivery")
 
 
-class Worker(Redelivery, DirectPush):
+class Worker(Behind, Redelivery, DirectPush):
     def __init__(self, d: Delivery, sub: SubscriptionRecord) -> None:
         self.d = d
         self.sub = sub
@@ -141,7 +141,7 @@ class Worker(Redelivery, DirectPush):
                 log.warning("subscription %s: %s; stopping here", self.sub.id, e)
                 self.d.lease_lost(self.sub.id)
                 return
-            except Exception:  # CancelledError is not an Exception: shutdown still works
+            except Exception as e:  # CancelledError is not an Exception: shutdown still works
                 self.generation += 1  # routes planned before this no longer move ``scan``
                 if self.d.monotonic() - last_failure > 60:
                     failures = 0  # an outage long past does not slow the restart after this one
@@ -149,7 +149,10 @@ class Worker(Redelivery, DirectPush):
                 failures += 1
                 delay = min(30.0, 0.25 * 2 ** min(failures, 7))
                 self.d.metrics.worker_restarts += 1
-                log.exception("subscription %s: delivery failed; restarting in %.2f s", self.sub.id, delay)
+                if isinstance(e, StoreError):  # the store's trouble, said in its message: no traceback
+                    log.warning("subscription %s: %s; restarting in %.2f s", self.sub.id, e, delay)
+                else:
+                    log.exception("subscription %s: delivery failed; restarting in %.2f s", self.sub.id, delay)
                 stored = await self._stored(delay)
                 if not stored:
                     return
@@ -430,62 +433,3 @@ class Worker(Redelivery, DirectPush):
         if self._stopped():
             return None
         return await self.d.post(self.sub, batch, self._conf())
-
-    def _settle(self, done: list[Note]) -> None:
-        """Settle confirmed notifications without holding up the next push.
-
-        The next batch of this subscription would otherwise wait for this commit, adding
-        a commit to the latency of every event that arrives meanwhile. The writer runs
-        jobs in the order queued, so nothing reads a state older than what was pushed;
-        a settle lost to a crash leaves the notifications pending, to be sent again."""
-        self._background(self._settle_now(done))
-
-    def _background(self, job: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
-        """Run a store write beside the next push; ``settled`` waits for them."""
-        tg = self.d.task_group
-        if tg is None:  # shutting down: the notifications stay pending
-            job.close()
-            return None
-        task = tg.create_task(job)
-        self.settling.add(task)
-        task.add_done_callback(self.settling.discard)
-        return task
-
-    def _unrecorded(self, what: str, n: int, e: Exception) -> None:
-        """A write behind the pushes failed: nothing after it may be recorded past it.
-        The worker starts again from what the store holds (its cursor and pending
-        notifications), pushing again what the failed write would have recorded."""
-        if isinstance(e, LeaseLost):
-            log.warning("subscription %s: %s", self.sub.id, e)
-        else:
-            log.error("subscription %s: %s %d notification(s) failed: %s: %s; starting again from the store",
-                      self.sub.id, what, n, type(e).__name__, e)
-        self.write_failed = e
-        self.wakeup.set()
-
-    async def _mark_sent(self, batch: list[Note]) -> None:
-        """Count what a oneshot endpoint took as sent, once per notification."""
-        try:
-            stats = per_notification_stats(self.sub, batch, "notifications")
-            await self.d.store.mark_sent([n.id for n in batch], stats, fence=self.fence)
-        except Exception:  # counted when it is confirmed instead; never fail the task group
-            log.exception("subscription %s: counting %d notification(s) as sent failed", self.sub.id, len(batch))
-
-    async def _settle_now(self, done: list[Note]) -> None:
-        try:
-            settled = set(await self.d.store.settle_notifications(
-                [n.id for n in done], per_notification_stats(self.sub, done, "confirmations"),
-                per_notification_stats(self.sub, done, "notifications"), fence=self.fence,
-            ))
-        except Exception as e:  # they stay pending and are sent again; never fail the task group
-            self._unrecorded("settling", len(done), e)
-            return
-        # A replayed event's age is not a delivery latency (docs/replay.md).
-        self.d.metrics.confirmed(self.d.now_ns(), [
-            n.event.timestamp for n in done if n.id in settled and b'"icrc77:replay:id"' not in n.event.headers
-        ])
-
-    async def settled(self) -> None:
-        """Wait until the confirmations of what was pushed so far are stored."""
-        while self.settling:
-            await asyncio.gather(*self.settling, return_exceptions=True)
