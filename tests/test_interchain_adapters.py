@@ -57,3 +57,49 @@ async def test_jetstream_publishes_each_global_id_once(tmp_path: Path) -> None:
         except nats.js.errors.NotFoundError:
             pass
         await nc.close()
+
+
+async def test_jetstream_publish_counts_only_what_the_stream_holds(tmp_path: Path) -> None:
+    """A resend whose first copy is still in the stream is absorbed by the duplicate
+    window; one whose first copy was deleted inside the window (acknowledged as a
+    duplicate, nothing stored) goes out again and is stored, by ``publish`` and by
+    ``publish_many`` alike, as many times as it is deleted."""
+    tag = uuid.uuid4().hex[:10]
+    js_stream, subject = f"TEST_ADAPT_{tag}", f"test.adapt.{tag}"
+    state = SQLiteState(tmp_path / "state.db")
+    await state.open()
+    net = JetStreamNetwork("J", {"stream": js_stream, "subject": subject},
+                           NetworkContext(public_url="http://127.0.0.1:1", state=state))
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    js = nc.jetstream()
+    await net.open()
+
+    async def held() -> list[str]:
+        return sorted(global_id(n.dataLocation) for n in await net.events())
+
+    async def delete(gid: str) -> None:
+        for n in await net.events():
+            if global_id(n.dataLocation) == gid:
+                await js.delete_msg(js_stream, int(n.id))
+
+    try:
+        bodies = [msgspec.convert(event(i), DltPublish) for i in range(4)]
+        ids = sorted(str(i) for i in range(4))
+        assert await net.publish_many(bodies) == 4
+        await net.publish(bodies[0])  # still held: absorbed
+        assert await held() == ids
+        for _ in range(3):  # deleted again and again inside the window
+            await delete("1")
+            await delete("2")
+            await net.publish(bodies[1])
+            assert await net.publish_many(bodies) == 4
+            assert await held() == ids
+        assert (await js.stream_info(js_stream)).state.messages == 4
+    finally:
+        await net.close()
+        await state.close()
+        try:
+            await js.delete_stream(js_stream)
+        except nats.js.errors.NotFoundError:
+            pass
+        await nc.close()

@@ -191,3 +191,96 @@ async def test_reconcile_reads_the_archive_too(spark: Any, tmp_path: Path, serve
         await state.close()
         await r.delete(stream)
         await r.aclose()
+
+
+class _ForgetfulDlt(DltTestNetwork):
+    """A DLT network that answers 201 to a publish of the ids in ``drop`` and stores
+    nothing: an acknowledgement that is not a store."""
+
+    def __init__(self, name: str, drop: set[str]) -> None:
+        super().__init__(name)
+        self.drop = drop
+        kept = self.endpoint.app
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["path"] == "/api/v1/publishEvent":
+                before = len(self.ledger)
+                await kept(scope, receive, send)
+                if len(self.ledger) > before and self.ledger[-1]["dataLocation"].rsplit("hl=", 1)[1] in self.drop:
+                    self.ledger.pop()
+                return
+            await kept(scope, receive, send)
+
+        self.endpoint.app = app
+
+
+async def test_reconcile_verifies_repairs_inside_the_duplicate_window(spark: Any, tmp_path: Path) -> None:
+    """Events deleted from a JetStream stream and from a Redis stream while JetStream's
+    duplicate window still remembers their ids: the repair is counted only once read
+    back, and afterwards every network holds every event exactly once. A network that
+    acknowledges a republish without storing it is reported as still missing it."""
+    tag = uuid.uuid4().hex[:10]
+    stream, js_stream, js_subject = f"test:rep:{tag}", f"TEST_REP_{tag}", f"test.rep.{tag}"
+    r = aioredis.Redis()
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    js = nc.jetstream()
+    gone_from_a = {"e7", "e8"}
+    a = _ForgetfulDlt("A", drop=set(gone_from_a))
+    await a.start()
+    state = SQLiteState(tmp_path / "state.db")
+    await state.open()
+    ctx = NetworkContext(public_url="http://127.0.0.1:1", state=state)
+    networks: list[Network] = [
+        JetStreamNetwork("J", {"stream": js_stream, "subject": js_subject}, ctx),
+        RedisStreamNetwork("R", {"stream": stream}, ctx),
+        DltNetwork("A", {"url": a.url}, ctx),
+    ]
+    every = [f"e{i}" for i in range(10)]
+    try:
+        for n in networks:
+            await n.open()
+        for gid in every:
+            for n in networks:
+                if not (n.name == "A" and gid in gone_from_a):
+                    await n.publish(msgspec.convert(event(gid), DltPublish))
+        assert (await js.stream_info(js_stream)).config.duplicate_window >= 60  # the deletes fall inside it
+        # The outage: events lost from each stream while the window remembers them.
+        js_gone, r_gone = {"e1", "e4", "e9"}, {"e2", "e4"}
+        for msg in [m for m in await networks[0].events() if global_id(m.dataLocation) in js_gone]:
+            await js.delete_msg(js_stream, int(msg.id))
+        for entry_id, fields in await r.xrange(stream):
+            if json.loads(fields[b"event"])["dataLocation"].rsplit("hl=", 1)[1] in r_gone:
+                await r.xdel(stream, entry_id)
+
+        report = await reconcile(networks, state, spark)
+        by = {n.name: n for n in report.networks}
+        assert {n: (sorted(by[n].missing), sorted(by[n].fixed), sorted(by[n].still_missing), by[n].error)
+                for n in by} == {
+            "J": (sorted(js_gone), sorted(js_gone), [], None),
+            "R": (sorted(r_gone), sorted(r_gone), [], None),
+            "A": (sorted(gone_from_a), [], sorted(gone_from_a), None),
+        }
+        assert not report.ok  # the CLI exits 1
+        assert "still missing on A after the repair: 2 (e7, e8)" in report.text()
+        assert await state.members("publishedEvents:J") == js_gone  # marked only once read back
+
+        for n in networks[:2]:  # exactly once each
+            assert sorted(global_id(m.dataLocation) for m in await n.events()) == every, n.name
+
+        a.drop.clear()
+        again = await reconcile(networks, state, spark)
+        assert [(n.name, n.missing, n.fixed, n.still_missing) for n in again.networks] == [
+            ("J", [], [], []), ("R", [], [], []), ("A", sorted(gone_from_a), sorted(gone_from_a), [])]
+        assert again.ok
+        for n in networks:
+            assert sorted(global_id(m.dataLocation) for m in await n.events()) == every, n.name
+    finally:
+        for n in networks:
+            await n.close()
+        await a.close()
+        await state.close()
+        await r.delete(stream)
+        await r.aclose()
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream(js_stream)
+        await nc.close()

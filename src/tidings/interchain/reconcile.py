@@ -7,8 +7,11 @@ a network restored from a backup. Each network's events become a DataFrame
 ``tidings`` source, the other networks collected through their adapters); the expected
 pairs are every network crossed with every global id seen anywhere, and an anti-join
 with what is there leaves what is missing. Each missing event is published to its
-network (``network`` stripped, the payload of one network that has it) and marked in
-that network's published set, and a report is printed.
+network (``network`` stripped, the payload of one network that has it); then every
+network that was repaired is read again, and only the events found there count as
+fixed (and are marked in its published set). A network can acknowledge a publish and
+store nothing (a deduplication window, a stream that discards), so an acknowledgement
+alone is never reported as a repair; what is still missing is reported per network.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ class NetworkReport:
     missing: list[str] = field(default_factory=list)
     """Global ids the network lacked."""
     fixed: list[str] = field(default_factory=list)
-    """Of those, the ones republished to it."""
+    """Of those, the ones republished to it and read back from it."""
+    still_missing: list[str] = field(default_factory=list)
+    """Of those, the ones it still lacks after the repair (not read back)."""
     error: str | None = None
     """Why the network could not be read or repaired, if so."""
 
@@ -54,14 +59,26 @@ class Report:
 
     def text(self) -> str:
         lines = [f"{self.total} distinct events over {len(self.networks)} networks",
-                 f"{'network':<20} {'events':>8} {'missing':>8} {'fixed':>8}"]
+                 f"{'network':<20} {'events':>8} {'missing':>8} {'fixed':>8} {'still':>8}"]
         for n in self.networks:
             lines.append(f"{n.name:<20} {n.events:>8} {len(n.missing):>8} {len(n.fixed):>8}"
-                         + (f"  error: {n.error}" if n.error else ""))
+                         f" {len(n.still_missing):>8}" + (f"  error: {n.error}" if n.error else ""))
         for n in self.networks:
             if n.fixed:
                 lines.append(f"fixed on {n.name}: {', '.join(sorted(n.fixed))}")
+        for n in self.networks:
+            if n.still_missing:
+                lines.append(f"still missing on {n.name} after the repair: {len(n.still_missing)} "
+                             f"({', '.join(sorted(n.still_missing)[:20])}"
+                             + (", ..." if len(n.still_missing) > 20 else "") + ")")
         return "\n".join(lines)
+
+    @property
+    def ok(self) -> bool:
+        """Every network was read, and holds every event (or all it lacked was repaired
+        and read back)."""
+        return all(n.error is None and not n.still_missing and len(n.fixed) == len(n.missing)
+                   for n in self.networks)
 
 
 def _rows(network: Network, events: list[Any]) -> list[tuple[str, str, str]]:
@@ -124,6 +141,7 @@ async def reconcile(networks: list[Network], state: State, spark: Any, *, repair
     by_name = {n.name: n for n in readable}
     for name in names:
         reports[name].events = counts.get(name, 0)
+    sent: dict[str, list[str]] = {}
     for name, gid, payload in missing:
         rep = reports[name]
         rep.missing.append(gid)
@@ -135,9 +153,34 @@ async def reconcile(networks: list[Network], state: State, spark: Any, *, repair
         except (InterchainError, InvalidEvent) as e:
             rep.error = str(e)
             continue
-        await state.mark([Mark(published_set(name), gid)])
-        rep.fixed.append(gid)
+        sent.setdefault(name, []).append(gid)
+    for name, gids in sent.items():
+        await _verify(by_name[name], reports[name], gids, state, spark)
     return Report(total, list(reports.values()))
+
+
+async def _verify(net: Network, rep: NetworkReport, sent: list[str], state: State, spark: Any) -> None:
+    """Read ``net`` again: of the ids republished to it, those now there are fixed (and
+    marked published, so the live distributor does not send them again), the others
+    still missing."""
+    try:
+        present = await _gids(net, spark)
+    except Exception as e:  # the repair went out but cannot be confirmed: not counted
+        rep.error = f"reading back the repair failed: {e if isinstance(e, InterchainError) else repr(e)}"
+        rep.still_missing = list(sent)
+        return
+    rep.fixed = [g for g in sent if g in present]
+    rep.still_missing = [g for g in sent if g not in present]
+    if rep.fixed:
+        await state.mark([Mark(published_set(net.name), g) for g in rep.fixed])
+
+
+async def _gids(net: Network, spark: Any) -> set[str]:
+    frame = net.frame(spark)
+    if frame is None:
+        return {gid for _, gid, _ in _rows(net, await net.events())}
+    rows = await asyncio.to_thread(lambda: frame.select("gid").distinct().collect())
+    return {r["gid"] for r in rows}
 
 
 def _body(payload: str) -> DltPublish:

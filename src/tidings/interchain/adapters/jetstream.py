@@ -11,6 +11,12 @@ milliseconds, ``network`` this network's name. Each publish carries ``Nats-Msg-I
 escaped global id, so JetStream's duplicate window absorbs resends. Following uses a
 durable pull consumer, acknowledging each message once the distributor has recorded it,
 so a restarted distributor goes on where it stopped.
+
+A publish counts only when the stream holds the event: a ``PubAck`` that is not a
+duplicate, or, for a duplicate, the message it names read back. A duplicate whose
+message is gone (deleted, or discarded from the stream, while its id is still in the
+window) is published again under ``<id>:<sequence of the gone message>``: ``:`` never
+occurs in an escaped id, so that id is new to the window and names no other event.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import msgspec
 from ...core.global_id import escape_global_id
 from ...core.interchain import DltPublish, InvalidEvent, NetworkNotification, global_id, notification_of
 from ...core.undecodable import UNDECODABLE
-from ..errors import InterchainError, NetworkUnavailable
+from ..errors import InterchainError, NetworkUnavailable, NotStored
 from ._base import Deliver, Network
 
 __all__ = ["JetStreamNetwork"]
@@ -32,17 +38,24 @@ _decode = msgspec.json.Decoder(DltPublish).decode
 _encode = msgspec.json.Encoder().encode
 _BATCH = 200
 _MSG_ID = "Nats-Msg-Id"
+_REPUBLISH = 8
+"""Republishes of one event under a new id before it counts as not stored (each one
+follows a duplicate whose message is gone)."""
 
 
-def _headers(event: DltPublish) -> dict[str, str] | None:
+def _msg_id(event: DltPublish) -> str | None:
     """``Nats-Msg-Id`` is the event's global id, escaped (a header holds no CR, LF or
     non-ASCII): JetStream drops a second publish of it within the stream's duplicate
     window, so a resend after a crash between sending and removing from the outbox does
     not land twice."""
     try:
-        return {_MSG_ID: escape_global_id(global_id(event.dataLocation))}
+        return escape_global_id(global_id(event.dataLocation))
     except InvalidEvent:
         return None
+
+
+def _headers(msg_id: str | None) -> dict[str, str] | None:
+    return None if msg_id is None else {_MSG_ID: msg_id}
 
 
 class JetStreamNetwork(Network):
@@ -101,33 +114,75 @@ class JetStreamNetwork(Network):
 
     async def publish(self, event: DltPublish) -> None:
         js = await self._jetstream()
+        msg_id = _msg_id(event)
         try:
-            await js.publish(self.subject, _encode(event), stream=self.stream, timeout=5, headers=_headers(event))
+            ack = await js.publish(self.subject, _encode(event), stream=self.stream, timeout=5,
+                                   headers=_headers(msg_id))
         except Exception as e:  # timeouts, no responders, connection errors
             raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {e!r}") from e
+        await self._settle(js, event, msg_id, ack)
 
     async def publish_many(self, events: list[DltPublish]) -> int:
         """Publish without waiting for each ack, then wait for all: one round trip's
         latency per batch instead of per event. Acks come back in order, so the count of
-        leading successes is the published prefix."""
+        leading successes (each one stored, see :meth:`_settle`) is the published prefix."""
         js = await self._jetstream()
         futures = []
+        ids = [_msg_id(e) for e in events]
         try:
-            for e in events:
+            for e, msg_id in zip(events, ids, strict=True):
                 futures.append(await js.publish_async(self.subject, _encode(e), stream=self.stream,
-                                                      headers=_headers(e)))
+                                                      headers=_headers(msg_id)))
         except Exception as e:
             if not futures:
                 raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {e!r}") from e
         results = await asyncio.gather(*futures, return_exceptions=True)
         done = 0
-        for r in results:
+        for event, msg_id, r in zip(events, ids, results, strict=False):
             if isinstance(r, BaseException):
+                if done == 0:
+                    raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {r!r}")
+                break
+            try:
+                await self._settle(js, event, msg_id, r)
+            except NetworkUnavailable:
+                if done == 0:
+                    raise
                 break
             done += 1
-        if done == 0:
-            raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {results[0]!r}")
         return done
+
+    async def _settle(self, js: Any, event: DltPublish, msg_id: str | None, ack: Any) -> None:
+        """Return once the stream holds ``event``; raise :class:`NotStored` if it will not.
+
+        A ``PubAck`` with ``duplicate`` set stored nothing: it names the sequence of the
+        message first published under the id. That message is read back; while it is
+        gone, the event goes out again under an id made from that sequence."""
+        base = msg_id
+        for _ in range(_REPUBLISH):
+            if not ack.duplicate or msg_id is None:
+                return
+            if await self._holds(js, ack.seq, msg_id):
+                return
+            msg_id = f"{base}:{ack.seq}"
+            try:
+                ack = await js.publish(self.subject, _encode(event), stream=self.stream, timeout=5,
+                                       headers=_headers(msg_id))
+            except Exception as e:
+                raise NetworkUnavailable(f"{self.name}: publish {self.subject}: {e!r}") from e
+        raise NotStored(f"{self.name}: stream {self.stream} acknowledged {base!r} {_REPUBLISH} times "
+                        "as a duplicate of messages it no longer holds")
+
+    async def _holds(self, js: Any, seq: int, msg_id: str) -> bool:
+        from nats.js.errors import NotFoundError
+
+        try:
+            msg = await js.get_msg(self.stream, seq)
+        except NotFoundError:
+            return False
+        except Exception as e:
+            raise NetworkUnavailable(f"{self.name}: read back message {seq} of {self.stream}: {e!r}") from e
+        return (msg.headers or {}).get(_MSG_ID) == msg_id
 
     async def follow(self, deliver: Deliver) -> None:
         from nats.errors import TimeoutError as NatsTimeout
