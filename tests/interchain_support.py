@@ -168,12 +168,12 @@ class DistributorProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, env: dict[str, str] | None = None) -> None:
         self._log = open(self.dir / "distributor.log", "ab")  # closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tidings", "distributor", "serve", "--config", str(self.config_path),
              "--log-level", "debug"],
-            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -164,3 +164,51 @@ async def test_sigkill_mid_delivery_neither_repeats_nor_loses(tmp_path: Path,
         except nats.js.errors.NotFoundError:
             pass
         await nc.close()
+
+
+async def test_sigkill_between_the_consumers_2xx_and_its_record(tmp_path: Path) -> None:
+    """The kill aimed at the one window: the consumer has answered 2xx, the distributor
+    dies before recording it (CRASH_ENV). The restarted distributor sends that one
+    notification again, with the same body and Idempotency-Key, and nothing else twice:
+    a consumer keeping keys acts on every event once; one keeping none sees one repeat."""
+    from tidings.interchain.distributor import CRASH_ENV
+
+    tag = uuid.uuid4().hex[:10]
+    prefix, stream = f"test:ied-aim:{tag}:", f"test:aim:{tag}"
+    r = aioredis.Redis()
+    consumer = KeyedConsumer()
+    await consumer.endpoint.start()
+    d = DistributorProcess(tmp_path, {
+        "networks": [{"name": "R", "kind": "redis", "stream": stream}],
+        "redis": "redis://127.0.0.1:6379/0", "redis_prefix": prefix,
+    })
+    total = 30
+    try:
+        await asyncio.to_thread(d.start, {CRASH_ENV: "acked"})
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{d.url}/api/v1/subscribe",
+                json={"eventTypes": ["*"], "notificationEndpoint": consumer.endpoint.url}) as resp:
+            assert resp.status == 201
+            sub = (await resp.json())["id"]
+        for i in range(total):
+            await r.xadd(stream, {"event": json.dumps(event(f"{tag}-{i}"))})
+        assert await asyncio.to_thread(d.proc.wait, 30) == -9  # type: ignore[union-attr]  # killed at the ack
+        assert len(consumer.got) == 1
+        d.stop()
+        await asyncio.to_thread(d.start)
+        want = {f"{tag}-{i}" for i in range(total)}
+        await eventually(lambda: len(consumer.acted_on()) == total, timeout=30)
+        await asyncio.sleep(0.5)  # anything more that was coming would come now
+        first_key, first_body = consumer.got[0]
+        assert consumer.got[1] == (first_key, first_body)  # the one repeat, first in order
+        assert first_key == idempotency_key(sub, global_id(json.loads(first_body)["dataLocation"]))
+        assert len(consumer.got) == total + 1
+        assert sorted(global_id(json.loads(b)["dataLocation"]) for b in consumer.acted_on().values()) == sorted(want)
+        assert {m.decode() for m in await r.smembers(f"{prefix}deliveredEvents:{sub}")} == want
+        assert await r.llen(f"{prefix}outbox:sub:{sub}") == 0
+    finally:
+        d.stop()
+        await consumer.endpoint.stop()
+        keys = [k async for k in r.scan_iter(match=prefix + "*")]
+        await r.delete(stream, *keys)
+        await r.aclose()

@@ -33,7 +33,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import random
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -71,6 +73,14 @@ _decode_note = msgspec.json.Decoder(EventNotification).decode
 _BATCH = 100
 _SEND_BACKOFF = Backoff(initial_s=0.05, maximum_s=5.0)
 _FOLLOW_BACKOFF = Backoff(initial_s=0.2, maximum_s=5.0)
+CRASH_ENV = "TIDINGS_IED_CRASH_AT"
+"""Test hook: ``acked`` makes the process SIGKILL itself once a consumer has answered
+2xx and before that answer is recorded: the one window docs/interchain.md describes."""
+
+
+def _crash_point(step: str) -> None:
+    if os.environ.get(CRASH_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +283,10 @@ class Distributor:
             if box.failing:
                 log.warning("%s is back", box.target)
             box.failing, attempt = False, 0
-            record = delivered_set(box.target[4:]) if acked else None
+            record = None
+            if acked:
+                _crash_point("acked")
+                record = delivered_set(box.target[4:])
             while True:
                 try:
                     # The delivery record: removed from the outbox and, for a consumer,
