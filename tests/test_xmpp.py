@@ -406,3 +406,18 @@ async def test_an_xmpp_subscriber_that_keeps_refusing_is_dead_lettered_as_on_htt
     bob.ens_answer = "result"
     await admin_api(http, srv, "tidings_redrive_dead_letters", [letter["id"]])
     await eventually(lambda: bob.ens, timeout=10)
+
+
+async def test_a_component_with_a_wrong_secret_says_so_once_and_backs_off(
+        server_factory: Callable[..., ServerProcess], prosody: Prosody) -> None:
+    """The server refuses the component (not-authorized): one clear line in the log, and
+    tries slow down (1 s doubling to 60 s) instead of one every half second for ever."""
+    s = server_factory(**{**prosody.server_env(), "xmpp_secret": "not-" + prosody.secret})
+    await asyncio.sleep(8)
+    log = (s.data_dir / "server.log").read_text()
+    told = [line for line in log.splitlines() if "refused the component" in line]
+    assert len(told) == 1, log
+    assert "not-authorized" in told[0] and f"127.0.0.1:{prosody.component_port}" in told[0]
+    assert "TIDINGS_XMPP_SECRET" in told[0] and prosody.secret not in log
+    tries = (prosody.dir / "prosody.log").read_text().count("Component authentication failed")
+    assert 2 <= tries <= 6, tries  # 1, 2, 4 s apart (jittered down to half); was 16 in 8 s

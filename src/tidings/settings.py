@@ -227,6 +227,13 @@ class Settings:
     xmpp_request_timeout_s: float = 10.0
     """How long the component waits for a publisher's authorisation answer."""
 
+    connect_timeout_s: float = 10.0
+    """How long any outbound connection (PostgreSQL, the XMPP server, webhook endpoints;
+    Redis, NATS and Spark Connect from the distributor and the pipeline) may take to be
+    made before it fails with a message naming the address and this setting. The same
+variable as ``tidings.core.addresses.CONNECT_TIMEOUT_ENV`` (default and bounds agree;
+a test holds them together), which the commands without Settings read."""
+
     def __post_init__(self) -> None:
         # Every number an operator sets has bounds too: a typo (an extra zero, a negative
         # sign, "inf") fails at start with the setting's name, never later in a timer.
@@ -318,6 +325,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "stream_window": (1, 1_000_000),
     "stream_max_frame_bytes": (64, 1 << 30),
     "stream_max_connections_per_principal": (1, 100_000),
+    "connect_timeout_s": (0.1, 600.0),
 }
 
 

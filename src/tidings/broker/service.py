@@ -63,7 +63,8 @@ class Broker:
         owns = self.membership.owns if shared else None
         self.auth = Authenticator(store)
         self.outbound = Outbound(
-            _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections
+            _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections,
+            connect_timeout_s=settings.connect_timeout_s,
         )
         # Each part is built with the parts it calls, in an order with no cycle: the
         # registry (state) first; delivery and signing read it; the orchestrator changes

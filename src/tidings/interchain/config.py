@@ -18,12 +18,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.addresses import DEFAULT_CONNECT_TIMEOUT_S, connect_timeout_s
 from ..core.netpolicy import AddressPolicy
 from ..errors import ConfigError
 from .adapters import KINDS, Network, NetworkContext
@@ -60,6 +62,9 @@ class DistributorConfig:
     """SQLite file of the embedded state, when ``redis`` is not set."""
     networks: tuple[NetworkConfig, ...] = ()
     """The networks, in the order their events are listed."""
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    """How long a connection to Redis, NATS or a network's service may take
+    (``TIDINGS_CONNECT_TIMEOUT_S``; not a config key: one setting for every command)."""
     outbound_allow: str = ""
     """Ranges and hosts consumers' notification endpoints may use despite the outbound
     policy (docs/security.md): comma-separated CIDRs and host names."""
@@ -77,10 +82,12 @@ class DistributorConfig:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     def make_state(self) -> State:
-        return RedisState(self.redis, self.redis_prefix) if self.redis else SQLiteState(self.sqlite)
+        if self.redis:
+            return RedisState(self.redis, self.redis_prefix, connect_timeout_s=self.connect_timeout_s)
+        return SQLiteState(self.sqlite)
 
     def make_networks(self, state: State) -> list[Network]:
-        ctx = NetworkContext(public_url=self.url, state=state)
+        ctx = NetworkContext(public_url=self.url, state=state, connect_timeout_s=self.connect_timeout_s)
         return [KINDS[n.kind](n.name, n.params, ctx) for n in self.networks]
 
 
@@ -115,6 +122,7 @@ def _parse(raw: dict[str, Any], base: Path) -> DistributorConfig:
             redis_prefix=str(raw.get("redis_prefix", "tidings:ied:")),
             sqlite=sqlite if sqlite.is_absolute() else base / sqlite, networks=tuple(nets),
             outbound_allow=str(raw.get("outbound_allow", "")),
+            connect_timeout_s=connect_timeout_s(os.environ),
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(f"invalid config: {e}") from e

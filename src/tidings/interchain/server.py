@@ -28,7 +28,8 @@ async def serve(config: DistributorConfig) -> None:
     try:
         for n in networks:
             await n.open()
-        distributor = Distributor(networks, state, outbound=Outbound(config.address_policy()))
+        distributor = Distributor(networks, state, outbound=Outbound(
+            config.address_policy(), connect_timeout_s=config.connect_timeout_s))
         await distributor.load()
         app = make_app(distributor)
         server = uvicorn.Server(uvicorn.Config(

@@ -19,9 +19,11 @@ driver messages are scrubbed of it.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
+from ..core.addresses import CONNECT_TIMEOUT_ENV, connect_timeout_s, unreachable
 from ._hotlog import TRIM_BATCH, Binds, HotLog, Session, Sizes, arrow_read_schema
 from ._url import libpq_uri, scrub
 from .errors import PipelineError
@@ -73,15 +75,19 @@ class PgLog(HotLog):
                 code="driver_missing", hint="pip install 'tidings[spark]' (or adbc-driver-postgresql)",
             ) from None
         settings = {} if write else {"default_transaction_read_only": "on"}
+        try:
+            wait = connect_timeout_s(os.environ)
+        except ValueError as e:
+            raise PipelineError(str(e), code="invalid_option", hint=f"set {CONNECT_TIMEOUT_ENV} to seconds") from None
         conn, why = None, ""
         try:
-            conn = adbc.connect(libpq_uri(self.location, settings), autocommit=True)
+            conn = adbc.connect(libpq_uri(self.location, settings, connect_timeout_s=wait), autocommit=True)
         except adbc.Error as e:
             why = self.explain(e)
         if conn is None:
             # Raised outside the handler: the driver's exception, which may hold the
             # address, is neither the cause nor the context of this one.
-            raise PipelineError(f"cannot connect to PostgreSQL at {self.shown}: {why}", code="store_unreachable")
+            raise PipelineError(unreachable("PostgreSQL", self.location, wait, why), code="store_unreachable")
         try:
             session = PgSession(conn, self)
             if not session.has_tables(["events"]):

@@ -9,6 +9,7 @@ them to the server as settings; :func:`libpq_uri` moves those into libpq's ``opt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -44,10 +45,11 @@ def is_pg_url(location: str | Path) -> bool:
     return bool(sep) and scheme.lower() in SCHEMES
 
 
-def libpq_uri(url: str, settings: Mapping[str, str] | None = None) -> str:
+def libpq_uri(url: str, settings: Mapping[str, str] | None = None, *,
+              connect_timeout_s: float | None = None) -> str:
     """``url`` as libpq takes it: unknown query parameters, then ``settings``, become
-    ``-c name=value`` server settings in ``options``; a connect timeout and an
-    application name unless given."""
+    ``-c name=value`` server settings in ``options``; a connect timeout
+    (``connect_timeout_s``, else 10 s) and an application name unless given."""
     parts = urlsplit(url)
     pairs = [*parse_qsl(parts.query, keep_blank_values=True), *(settings or {}).items()]
     keep = [(k, v) for k, v in pairs if k in _LIBPQ]
@@ -58,7 +60,9 @@ def libpq_uri(url: str, settings: Mapping[str, str] | None = None) -> str:
         keep.append(("options", " ".join([*given, *settings_sql])))
     names = {k for k, _ in keep}
     if "connect_timeout" not in names:
-        keep.append(("connect_timeout", CONNECT_TIMEOUT_S))
+        # libpq takes whole seconds, 2 at least.
+        wait = CONNECT_TIMEOUT_S if connect_timeout_s is None else str(max(2, math.ceil(connect_timeout_s)))
+        keep.append(("connect_timeout", wait))
     if "application_name" not in names:
         keep.append(("application_name", "tidings-pipeline"))
     return urlunsplit(parts._replace(query=urlencode(keep, quote_via=quote)))

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
+from ..core.addresses import CONNECT_TIMEOUT_ENV, connect_timeout_s, redact_address, unreachable
 from .errors import PipelineError
 
-__all__ = ["build", "java_available"]
+__all__ = ["build", "java_available", "shown_master"]
 
 JAVA_HINT = (
     "Spark needs Java 17 or 21 to run locally and none was found (no `java` on PATH and no JAVA_HOME). "
@@ -66,6 +71,14 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
     remote = master is not None and master.startswith("sc://")
     if remote:
         _require_connect(master)  # type: ignore[arg-type]
+        wait = _connect_timeout()
+        _reach(master, wait)  # type: ignore[arg-type]
+        # A server that takes the connection and never answers gRPC would hold the
+        # client's retries for ten minutes: the session's start has the same deadline.
+        spark = _within(wait, master, lambda: _start(  # type: ignore[arg-type]
+            SparkSession, app_name, master, True, settings, None))
+        prepare(spark)
+        return spark
     else:
         if not java_available():
             raise PipelineError(JAVA_HINT, code="java_missing")
@@ -102,6 +115,90 @@ def _start(session: Any, app_name: str, master: str | None, remote: bool, settin
     except Exception:
         archive.discard()
         return builder.config("spark.driver.extraJavaOptions", "").getOrCreate()
+
+
+def shown_master(master: str) -> str:
+    """``master`` fit to print: a Spark Connect URL's ``;token=`` (and any password) as ``***``."""
+    head, _, params = master.partition(";")
+    if not params:
+        return redact_address(master)
+    kept = [p if p.split("=", 1)[0].lower() not in ("token", "password") else p.split("=", 1)[0] + "=***"
+            for p in params.split(";")]
+    return ";".join([redact_address(head), *kept])
+
+
+def _connect_timeout() -> float:
+    try:
+        return connect_timeout_s(os.environ)
+    except ValueError as e:
+        raise PipelineError(str(e), code="invalid_option", hint=f"set {CONNECT_TIMEOUT_ENV} to seconds") from None
+
+
+def _connect_address(master: str) -> tuple[str, int]:
+    """Host and port of a Spark Connect URL (``sc://host[:port][/;param=value...]``)."""
+    try:
+        parts = urlsplit(master)
+        host, port = parts.hostname, parts.port or 15002
+    except ValueError as e:
+        raise PipelineError(f"--master {master.split(';')[0]!r} is not a Spark Connect URL: {e}",
+                            code="invalid_option") from None
+    if not host:
+        raise PipelineError(f"--master {master.split(';')[0]!r} names no host", code="invalid_option")
+    return host, port
+
+
+def _reach(master: str, wait: float) -> None:
+    """Fail at once, naming the address and the setting, when nothing takes a TCP
+    connection there: Spark Connect's client would retry for ten minutes."""
+    host, port = _connect_address(master)
+    try:
+        socket.create_connection((host, port), timeout=wait).close()
+    except OSError as e:
+        reason = "no answer in time" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise PipelineError(unreachable("Spark Connect", f"sc://{host}:{port}", wait, reason),
+                            code="connect_unreachable",
+                            hint="check --master and that the Spark Connect server runs") from None
+
+
+def _within(wait: float, master: str, start: Callable[[], Any]) -> Any:
+    """``start()`` in a daemon thread, given ``wait`` seconds; a thread stuck in gRPC's
+    retries is left behind (it does not hold the process at exit)."""
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(start())
+        except BaseException as e:  # handed to the caller
+            failed.append(e)
+
+    t = threading.Thread(target=run, name="tidings-spark-connect", daemon=True)
+    t.start()
+    t.join(wait)
+    if failed:
+        raise failed[0]
+    if not done:
+        _abandon_connect()
+        host, port = _connect_address(master)
+        raise PipelineError(unreachable("Spark Connect", f"sc://{host}:{port}", wait,
+                                        "it took the connection but started no session in time"),
+                            code="connect_unreachable",
+                            hint="check that the address is a Spark Connect server's (default port 15002)")
+    return done[0]
+
+
+def _abandon_connect() -> None:
+    """Close the half-made Connect session's channel: it ends the RPC still retrying,
+    and the client's exit hook, which would otherwise send one more RPC to the silent
+    server and hold the process at exit, skips a closed client."""
+    import contextlib
+
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    session = RemoteSession._default_session
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.client.close()
 
 
 def _require_connect(master: str) -> None:

@@ -24,7 +24,7 @@ def run_stats(args: argparse.Namespace, data_dir: Path | str, archive_dir: Path)
     from ._backend import hot_log
     from ._human import fmt_bytes, fmt_count, fmt_seconds
     from .report import write_report
-    from .session import build
+    from .session import build, shown_master
     from .stats import parse_bucket, stats
 
     started = time.monotonic()
@@ -36,7 +36,7 @@ def run_stats(args: argparse.Namespace, data_dir: Path | str, archive_dir: Path)
     bucket_s = parse_bucket(args.bucket)
     hot_log(data_dir).check()  # no store: say so before Spark takes seconds to start
     since_ns = None if args.since is None else time.time_ns() - int(args.since * 1e9)
-    progress("starting Spark" + (f" on {args.master}" if args.master else " (local[*])"))
+    progress("starting Spark" + (f" on {shown_master(args.master)}" if args.master else " (local[*])"))
     show_bars = "true" if (not args.quiet and sys.stderr.isatty()) else "false"
     spark = build(args.master, app_name="tidings-stats", conf={"spark.ui.showConsoleProgress": show_bars})
     try:

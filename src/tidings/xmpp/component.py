@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 from xml.etree import ElementTree as ET
@@ -31,8 +32,9 @@ from slixmpp.xmlstream.handler import CoroutineCallback
 from slixmpp.xmlstream.matcher import StanzaPath
 
 from ..core import ens
+from ..core.addresses import unreachable
 from ..core.config import PublicationConfig, SubscriptionConfig
-from ..core.retry import Outcome
+from ..core.retry import Backoff, Outcome
 from ..core.wire import GenericError, ItemResult, PublicationRegistration, err
 from ..errors import TidingsError
 from ..settings import Settings
@@ -50,6 +52,9 @@ __all__ = ["XmppFace"]
 log = logging.getLogger("tidings.xmpp")
 _decode = msgspec.json.Decoder().decode
 _RECONNECT_MAX_S = 5.0
+_REFUSED_BACKOFF = Backoff(initial_s=1.0, maximum_s=60.0)
+"""Between tries after the server refused the component (a wrong secret): the refusal
+is logged once, and tries slow down to one a minute instead of two a second."""
 _WRAPPING = 3
 """Elements a request may wrap its payload in (``pubsub``, ``publish``, ``item``). A
 request nested deeper than these plus :data:`MAX_DEPTH` is refused before it is read;
@@ -69,6 +74,11 @@ class XmppFace:
         self._xmpp: slixmpp.ComponentXMPP | None = None
         self._online = asyncio.Event()
         self._stopping = False
+        self._refusals = 0
+        """Refusals since the last session: the back-off's attempt number."""
+        self._told = ""
+        """The problem last logged, so that an episode is logged once, not per try."""
+        self._watchdog: asyncio.TimerHandle | None = None
         self._handlers: dict[tuple[str, str], Handler] = {
             **ens_face.HANDLERS, **pubsub_face.HANDLERS,
         }
@@ -76,6 +86,10 @@ class XmppFace:
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
+        slix = logging.getLogger("slixmpp")
+        if not slix.isEnabledFor(logging.DEBUG):
+            # slixmpp logs every lost connection at INFO; the component tells each episode once.
+            slix.setLevel(logging.WARNING)
         x = slixmpp.ComponentXMPP(
             self.domain, self.settings.xmpp_secret, self.settings.xmpp_host, self.settings.xmpp_port
         )
@@ -86,13 +100,50 @@ class XmppFace:
         x.add_event_handler("session_start", self._on_session_start)
         x.add_event_handler("disconnected", self._on_disconnected)
         x.add_event_handler("connection_failed", self._on_failed)
+        x.add_event_handler("stream_error", self._on_stream_error)
         self._xmpp = x
         self.broker.delivery.transports["xmpp"] = self.push
         self.broker.authorizer.remote["xmpp"] = self.authorise
-        x.connect()
+        self._connect()
+
+    @property
+    def _address(self) -> str:
+        return f"{self.settings.xmpp_host}:{self.settings.xmpp_port}"
+
+    def _connect(self) -> None:
+        """One try; a try that has no session within the connect timeout (a server that
+        takes the connection and says nothing, an address that drops packets) is ended
+        and counted as failed."""
+        if self._xmpp is None or self._stopping:
+            return
+        self._xmpp.connect()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = self._xmpp.loop.call_later(self.settings.connect_timeout_s, self._no_session)
+
+    def _no_session(self) -> None:
+        self._watchdog = None
+        if self._online.is_set() or self._stopping or self._xmpp is None:
+            return
+        if self._xmpp.transport is None:
+            # No connection made yet: slixmpp's own loop is trying, and 'connection_failed'
+            # tells each failure. Look again later.
+            self._watchdog = self._xmpp.loop.call_later(self.settings.connect_timeout_s, self._no_session)
+            return
+        self._tell(logging.WARNING, "xmpp: " + unreachable(
+            "the XMPP server", self._address, self.settings.connect_timeout_s, "no session in time"))
+        self._xmpp.abort()  # 'disconnected' follows, and with it the next try
+
+    def _tell(self, level: int, message: str) -> None:
+        """Log ``message`` unless it is the problem already told (one line per episode)."""
+        if message != self._told:
+            self._told = message
+            log.log(level, "%s", message)
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         self.broker.delivery.transports.pop("xmpp", None)
         self.broker.authorizer.remote.pop("xmpp", None)
         if self._xmpp is not None:
@@ -107,25 +158,50 @@ class XmppFace:
         return self._online.is_set()
 
     def _on_session_start(self, _event: object) -> None:
-        log.info("xmpp: component %s connected to %s:%s", self.domain, self.settings.xmpp_host,
-                 self.settings.xmpp_port)
+        level = logging.WARNING if self._told else logging.INFO  # after a problem, say it is over
+        log.log(level, "xmpp: component %s connected to %s", self.domain, self._address)
+        self._refusals, self._told = 0, ""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         self._online.set()
 
     def _on_disconnected(self, _reason: object) -> None:
+        was_online = self._online.is_set()
         self._online.clear()
-        if not self._stopping and self._xmpp is not None:
-            log.warning("xmpp: disconnected from the XMPP server; reconnecting")
-            self._xmpp.loop.call_later(0.5, self._reconnect)
+        if self._stopping or self._xmpp is None:
+            return
+        if was_online:
+            log.warning("xmpp: disconnected from the XMPP server at %s; reconnecting", self._address)
+        delay = 0.5
+        if self._refusals:
+            delay = _REFUSED_BACKOFF.delay(self._refusals, random.random())
+        self._xmpp.loop.call_later(delay, self._reconnect)
 
-    def _on_failed(self, _reason: object) -> None:
+    def _on_stream_error(self, error: Any) -> None:
+        condition = str(error["condition"] or "") if error is not None else ""
+        if condition == "not-authorized":
+            self._refusals += 1
+            self._tell(logging.ERROR, (
+                f"xmpp: the XMPP server at {self._address} refused the component {self.domain}: "
+                f"not-authorized (TIDINGS_XMPP_SECRET does not match the server's component secret, "
+                f"or the server has no component {self.domain}); retrying with back-off up to "
+                f"{_REFUSED_BACKOFF.maximum_s:g} s"))
+        else:
+            self._tell(logging.WARNING, f"xmpp: the XMPP server at {self._address} ended the stream: "
+                                        f"{condition or 'stream error'} {error['text'] or ''}".rstrip())
+
+    def _on_failed(self, reason: object) -> None:
         # slixmpp backs off up to 300 s between tries; the component keeps it short, so a
         # restarted server has its subscribers served again within seconds.
+        self._tell(logging.WARNING, "xmpp: " + unreachable(
+            "the XMPP server", self._address, self.settings.connect_timeout_s, str(reason)))
         if self._xmpp is not None:
             self._xmpp._connect_loop_wait = min(self._xmpp._connect_loop_wait, _RECONNECT_MAX_S)
 
     def _reconnect(self) -> None:
         if not self._stopping and self._xmpp is not None and not self._online.is_set():
-            self._xmpp.connect()
+            self._connect()
 
     # -- requests ---------------------------------------------------------------------
 

@@ -25,11 +25,15 @@ Examples::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ...core.addresses import DEFAULT_CONNECT_TIMEOUT_S
 from ...core.interchain import DltPublish, NetworkNotification
 from ...errors import ConfigError
 from ..state import State
@@ -39,6 +43,12 @@ __all__ = ["KINDS", "Deliver", "Network", "NetworkContext"]
 Deliver = Callable[[list[NetworkNotification]], Awaitable[None]]
 """Hands events seen on a network, in the network's order, to the distributor; returns
 once they are recorded (so a cursor may move past them). Batches save round trips."""
+
+log = logging.getLogger("tidings.interchain")
+
+FOLLOW_WAIT_S = 30.0
+"""How long a push that arrives before its network is followed waits for it (a start, a
+restart of following) before it is refused: not being ready yet is back-pressure."""
 
 KINDS: dict[str, type[Network]] = {}
 """Adapter classes by ``kind``, as the config file names them."""
@@ -52,6 +62,8 @@ class NetworkContext:
     """Where the distributor's HTTP server is reached (push endpoints are under it)."""
     state: State
     """For cursors (how far a network has been read)."""
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    """How long a connection to the network may take (``TIDINGS_CONNECT_TIMEOUT_S``)."""
 
 
 class Network(ABC):
@@ -66,6 +78,32 @@ class Network(ABC):
         self.name = name
         self.params = dict(params)
         self.context = context
+        self._deliver: Deliver | None = None
+        self._followed = asyncio.Event()
+        self._waiting_told = False
+
+    def _following(self, deliver: Deliver | None) -> None:
+        """Pushes go to ``deliver`` from now on (None: not followed, pushes wait)."""
+        self._deliver = deliver
+        if deliver is None:
+            self._followed.clear()
+        else:
+            self._followed.set()
+            if self._waiting_told:
+                log.info("%s: followed now; the pushes that waited are delivered", self.name)
+            self._waiting_told = False
+
+    async def _deliverer(self, wait_s: float = FOLLOW_WAIT_S) -> Deliver | None:
+        """Where a push goes: waits (up to ``wait_s``) while the network is not followed
+        yet, telling it once per wait, not once per event; None if it still is not."""
+        if self._deliver is None:
+            if not self._waiting_told:
+                self._waiting_told = True
+                log.info("%s: pushes arrived before the network is followed; they wait for it", self.name)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._followed.wait()
+        return self._deliver
 
     def param(self, key: str, default: Any = ..., kind: type | tuple[type, ...] = str) -> Any:
         """A config parameter of this network, checked; ``default`` ``...`` means required."""

@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from ...core.addresses import unreachable
 from ...core.global_id import escape_global_id
 from ...core.interchain import DltPublish, InvalidEvent, NetworkNotification, global_id, notification_of
 from ...core.undecodable import UNDECODABLE
@@ -82,10 +83,19 @@ class JetStreamNetwork(Network):
     async def _jetstream(self) -> Any:
         if self._js is None or self._nc is None or self._nc.is_closed:
             try:
-                self._nc = await self._nats.connect(self.url, connect_timeout=2, max_reconnect_attempts=-1,
-                                                    allow_reconnect=True)
+                wait = self.context.connect_timeout_s
+                # nats-py's first connect retries as often as its reconnects may, and with
+                # no limit (-1) it never returns when nothing listens: the first connect gets
+                # one try (the follower restarts with back-off, the outbox retries), and a
+                # connection once made reconnects for ever.
+                async with asyncio.timeout(wait * 2 + 1):
+                    nc = await self._nats.connect(self.url, connect_timeout=wait, max_reconnect_attempts=1,
+                                                  allow_reconnect=True, reconnect_time_wait=0.2, error_cb=_quiet)
+                nc.options["max_reconnect_attempts"] = -1
+                self._nc = nc
             except Exception as e:  # nats-py raises a variety of errors on connect
-                raise NetworkUnavailable(f"{self.name}: connect {self.url}: {e!r}") from e
+                raise NetworkUnavailable(f"{self.name}: " + unreachable(
+                    "NATS", self.url, self.context.connect_timeout_s, _why(e))) from e
             self._js = self._nc.jetstream()
             self._ready = False
         if not self._ready:
@@ -231,6 +241,19 @@ class JetStreamNetwork(Network):
         finally:
             await psub.unsubscribe()
         return out
+
+
+async def _quiet(e: Exception) -> None:
+    """nats-py logs every failed try through this callback; the follower's back-off logs instead."""
+
+
+def _why(e: BaseException) -> str:
+    """A connect failure in words: nats-py's NoServersError says nothing of the cause."""
+    cause = e.__cause__ or e.__context__
+    text = str(e) or type(e).__name__
+    if cause is not None and str(cause):
+        text += f" ({cause})"
+    return text
 
 
 async def _cancellable(fetch: Any) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from ...core.addresses import unreachable
 from ...core.interchain import DltPublish, NetworkNotification, notification_of
 from ...core.undecodable import UNDECODABLE
 from ..errors import InterchainError, NetworkUnavailable
@@ -40,11 +41,15 @@ class RedisStreamNetwork(Network):
             import redis.asyncio as aioredis
         except ImportError as e:  # pragma: no cover - depends on the install
             raise InterchainError("Redis networks need the 'interchain' extra", code="missing_dependency") from e
-        self._r = aioredis.Redis.from_url(self.url)
+        self._r = aioredis.Redis.from_url(self.url, socket_connect_timeout=self.context.connect_timeout_s)
 
     async def close(self) -> None:
         if self._r is not None:
             await self._r.aclose()
+
+    def _unreachable(self, command: str, e: BaseException) -> str:
+        return f"{self.name}: {command} {self.stream}: " + unreachable(
+            "Redis", self.url, self.context.connect_timeout_s, str(e) or type(e).__name__)
 
     def _notification(self, entry_id: bytes, fields: dict[bytes, bytes]) -> NetworkNotification | None:
         raw = fields.get(b"event")
@@ -63,7 +68,7 @@ class RedisStreamNetwork(Network):
         try:
             await self._r.xadd(self.stream, {"event": _encode(event)})
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
-            raise NetworkUnavailable(f"{self.name}: XADD {self.stream}: {e!r}") from e
+            raise NetworkUnavailable(self._unreachable("XADD", e)) from e
 
     async def publish_many(self, events: list[DltPublish]) -> int:
         """One pipelined round trip of XADDs (applied in order, all or, on a lost
@@ -76,7 +81,7 @@ class RedisStreamNetwork(Network):
         try:
             await pipe.execute()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
-            raise NetworkUnavailable(f"{self.name}: XADD {self.stream}: {e!r}") from e
+            raise NetworkUnavailable(self._unreachable("XADD", e)) from e
         return len(events)
 
     async def follow(self, deliver: Deliver) -> None:
@@ -88,7 +93,7 @@ class RedisStreamNetwork(Network):
             try:
                 got = await self._r.xread({self.stream: cursor}, count=_BATCH, block=1000)
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
-                raise NetworkUnavailable(f"{self.name}: XREAD {self.stream}: {e!r}") from e
+                raise NetworkUnavailable(self._unreachable("XREAD", e)) from e
             for _stream, entries in got or ():
                 found = [n for n in (self._notification(i, f) for i, f in entries) if n is not None]
                 if found:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from ...core.addresses import DEFAULT_CONNECT_TIMEOUT_S, redact_address, unreachable
 from ..errors import InterchainError
 from ._base import Mark, State
 
@@ -100,9 +102,11 @@ class RedisState(State):
     ``<prefix>subscriptions`` and ``<prefix>cursors`` (hashes). The mark script touches
     two keys, so on Redis Cluster give the prefix a hash tag (``{ied}:``)."""
 
-    def __init__(self, url: str, prefix: str = "tidings:ied:") -> None:
+    def __init__(self, url: str, prefix: str = "tidings:ied:", *,
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         self.url = url
         self.prefix = prefix
+        self.connect_timeout_s = connect_timeout_s
         self._r: Any = None
         self._sha = ""
         self._pop_sha = ""
@@ -113,10 +117,25 @@ class RedisState(State):
         except ImportError as e:  # pragma: no cover - depends on the install
             raise InterchainError("the Redis state needs the 'interchain' extra (pip install 'tidings[interchain]')",
                                   code="missing_dependency") from e
+        import redis.exceptions
+
         # Many deliveries at once wait for a connection instead of failing for want of one.
-        pool = aioredis.BlockingConnectionPool.from_url(self.url, max_connections=64, timeout=30)
+        pool = aioredis.BlockingConnectionPool.from_url(self.url, max_connections=64, timeout=30,
+                                                        socket_connect_timeout=self.connect_timeout_s)
         self._r = aioredis.Redis(connection_pool=pool)
-        await self._load()
+        wait = self.connect_timeout_s
+        try:
+            async with asyncio.timeout(wait):  # a server that takes the connection and is silent
+                await self._load()
+        except redis.exceptions.AuthenticationError as e:
+            await self.close()
+            raise InterchainError(f"Redis at {redact_address(self.url)} (the distributor's state) refused "
+                                  f"the credentials: {e}", code="state_refused") from None
+        except (TimeoutError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+            await self.close()
+            why = "no answer in time" if isinstance(e, TimeoutError) and not str(e) else str(e)
+            raise InterchainError(unreachable("Redis (the distributor's state)", self.url, wait, why),
+                                  code="state_unreachable") from None
 
     async def _load(self) -> None:
         self._sha = await self._r.script_load(_MARK)
