@@ -5,6 +5,9 @@ holds and wherever they are."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import uuid
 from pathlib import Path
 
@@ -12,13 +15,16 @@ import msgspec
 import nats
 import nats.js.errors
 import pytest
+from starlette.applications import Starlette
 
+from tidings.client import Publisher
 from tidings.core.global_id import escape_global_id
-from tidings.core.interchain import DltPublish, global_id
+from tidings.core.interchain import DltPublish, NetworkNotification, global_id
 from tidings.interchain import NetworkContext
-from tidings.interchain.adapters import JetStreamNetwork
+from tidings.interchain.adapters import BrokerNetwork, JetStreamNetwork
 from tidings.interchain.state import SQLiteState
 
+from .conftest import Endpoint, ServerProcess, eventually
 from .interchain_support import event
 
 pytestmark = pytest.mark.e2e
@@ -103,3 +109,47 @@ async def test_jetstream_publish_counts_only_what_the_stream_holds(tmp_path: Pat
         except nats.js.errors.NotFoundError:
             pass
         await nc.close()
+
+
+async def test_pushes_before_following_wait_and_are_told_once(tmp_path: Path, server: ServerProcess,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A broker that pushes to the distributor while its network is not followed (the
+    distributor starting, or following again): each push waits, then is delivered; one
+    line says so, none fails a handler per event."""
+    state = SQLiteState(tmp_path / "state.db")
+    await state.open()
+    endpoint = Endpoint(None)
+    net = BrokerNetwork("T", {"url": server.url, "token": server.admin_token, "namespace": "dlt.wait"},
+                        NetworkContext(public_url=endpoint.url.rstrip("/"), state=state))
+    endpoint.app = Starlette(routes=net.routes())
+    await endpoint.start()
+    got: list[str] = []
+
+    async def deliver(found: list[NetworkNotification]) -> None:
+        got.extend(global_id(n.dataLocation) for n in found)
+
+    try:
+        follow = asyncio.create_task(net.follow(deliver))
+        await eventually(lambda: state.get_cursor("tidings-subscription:T"), timeout=10)
+        follow.cancel()  # the subscription stays on the broker; nothing follows it now
+        with contextlib.suppress(asyncio.CancelledError):
+            await follow
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            async with Publisher(server.url, server.admin_token) as pub:
+                for i in range(20):
+                    await pub.publish("dlt.wait", event(f"w{i}"))
+            await asyncio.sleep(1.5)  # the pushes arrive, and wait
+            assert got == []
+            follow = asyncio.create_task(net.follow(deliver))
+            await eventually(lambda: sorted(set(got)) == sorted(f"w{i}" for i in range(20)), timeout=20)
+        messages = [r.getMessage() for r in caplog.records]
+        assert not [m for m in messages if "handler failed" in m], messages
+        assert len([m for m in messages if "before the network is followed" in m]) == 1, messages
+        follow.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follow
+    finally:
+        await net.close()
+        await endpoint.stop()
+        await state.close()

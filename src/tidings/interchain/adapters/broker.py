@@ -56,7 +56,6 @@ class BrokerNetwork(Network):
         self.data_dir: str | None = self.param("data_dir", None)
         self._pub = Publisher(self.url, self.token, timeout=10)
         self._sub = Subscriber(self._handle, url=self.url, token=self.token)
-        self._deliver: Deliver | None = None
         self._registered = False
 
     def routes(self) -> list[Any]:
@@ -106,9 +105,9 @@ class BrokerNetwork(Network):
         return notification_of(body, id=n.eventId, timestamp=n.timestamp // 1_000_000, network=self.name)
 
     async def _handle(self, n: BrokerNotification) -> None:
-        deliver = self._deliver
+        deliver = await self._deliverer()
         if deliver is None:
-            raise NetworkUnavailable("not following yet")  # answered Err: the broker sends it again
+            raise NetworkUnavailable("not followed")  # answered Err: the broker sends it again
         found = self._notification(n)
         if found is not None:
             await deliver([found])
@@ -119,7 +118,7 @@ class BrokerNetwork(Network):
         await self._register()
         key = f"tidings-subscription:{self.name}"
         endpoint = self.context.public_url + self.push_path + "/"
-        self._deliver = deliver  # before subscribing: the first push may come at once
+        self._following(deliver)  # before subscribing: the first push may come at once
         try:
             known = await self.context.state.get_cursor(key)
             if known is None:
@@ -137,7 +136,7 @@ class BrokerNetwork(Network):
         except ClientError as e:
             raise NetworkUnavailable(f"{self.name}: subscribe: {e}") from e
         finally:
-            self._deliver = None
+            self._following(None)
 
     async def events(self) -> list[NetworkNotification]:
         if self.data_dir is None:

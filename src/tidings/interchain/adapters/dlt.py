@@ -26,7 +26,7 @@ from starlette.routing import Route
 from ...core.interchain import DltPublish, DltSubscribe, NetworkNotification
 from ...core.undecodable import UNDECODABLE
 from ..errors import NetworkUnavailable
-from ._base import Deliver, Network
+from ._base import FOLLOW_WAIT_S, Deliver, Network
 
 __all__ = ["DltNetwork"]
 
@@ -47,7 +47,6 @@ class DltNetwork(Network):
         self.health_interval = float(self.param("health_interval", 2.0, (int, float)))
         self.health_path = str(self.param("health_path", "/health"))
         self._http: aiohttp.ClientSession | None = None
-        self._deliver: Deliver | None = None
 
     async def open(self) -> None:
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
@@ -87,7 +86,7 @@ class DltNetwork(Network):
 
     async def follow(self, deliver: Deliver) -> None:
         sub = DltSubscribe(eventTypes=["*"], notificationEndpoint=self.context.public_url + self.push_path)
-        self._deliver = deliver  # before subscribing: the first push may come at once
+        self._following(deliver)  # before subscribing: the first push may come at once
         try:
             await self._call("POST", "/api/v1/subscribe", _encode(sub))
             found = await self.events()
@@ -97,14 +96,14 @@ class DltNetwork(Network):
                 await asyncio.sleep(self.health_interval)
                 await self._call("GET", self.health_path)
         finally:
-            self._deliver = None
+            self._following(None)
 
     def routes(self) -> list[Any]:
         return [Route(self.push_path, self._push, methods=["POST"])]
 
     async def _push(self, request: Request) -> Response:
-        deliver = self._deliver
-        if deliver is None:  # not following yet: the network retries, the catch-up reads it anyway
+        deliver = await self._deliverer(min(FOLLOW_WAIT_S, self.timeout))
+        if deliver is None:  # still not followed: the network retries, the catch-up reads it anyway
             return Response(b'{"error":{"code":"unavailable","message":"not following yet"}}', 503,
                             media_type="application/json")
         try:
