@@ -174,3 +174,10 @@ def test_webhook_endpoints_wait_the_setting(tmp_path: Path) -> None:
 
     broker = Broker(Settings(connect_timeout_s=2.5, data_dir=tmp_path), MemoryStore())
     assert broker.outbound._connect_timeout_s == 2.5
+
+
+def test_the_service_from_the_api_commands(closed: int, silent: int) -> None:
+    """``tidings dead-letters|schema|replay ...`` call the service's API."""
+    code, out, took = run(["dead-letters", "list", "--url", f"http://127.0.0.1:{closed}", "--token", PASSWORD])
+    assert code == 2 and took < 20, (code, took, out)
+    told(out, f"the tidings service at http://127.0.0.1:{closed}")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
 
+from ..core.addresses import connect_timeout_s, unreachable
 from ..core.undecodable import UNDECODABLE
+from ..errors import ConfigError
 from ._errors import ApiResponseError, TransportError
 
 T = TypeVar("T")
@@ -35,13 +38,17 @@ class Connection:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
+        try:
+            self._connect_timeout = min(timeout, connect_timeout_s(os.environ))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self._session: aiohttp.ClientSession | None = None
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._timeout),
+                timeout=aiohttp.ClientTimeout(total=self._timeout, sock_connect=self._connect_timeout),
                 headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
             )
         return self._session
@@ -66,7 +73,14 @@ class Connection:
                 if attempt + 1 < tries:
                     continue
                 raise TransportError(f"{method}: {e!r}") from e
-            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+                why = "no answer in time" if isinstance(e, aiohttp.ConnectionTimeoutError) else str(e.os_error)
+                raise TransportError(f"{method}: " + unreachable(
+                    "the tidings service", self.url, self._connect_timeout, why)) from e
+            except TimeoutError as e:
+                raise TransportError(f"{method}: the tidings service at {self.url} did not answer "
+                                     f"within {self._timeout:g} s") from e
+            except (aiohttp.ClientError, OSError) as e:
                 raise TransportError(f"{method}: {e!r}") from e
         if status != 200:
             try:
