@@ -181,3 +181,10 @@ def test_the_service_from_the_api_commands(closed: int, silent: int) -> None:
     code, out, took = run(["dead-letters", "list", "--url", f"http://127.0.0.1:{closed}", "--token", PASSWORD])
     assert code == 2 and took < 20, (code, took, out)
     told(out, f"the tidings service at http://127.0.0.1:{closed}")
+
+
+def test_dlt_network_of_the_distributor(tmp_path: Path, closed: int) -> None:
+    config = _distributor_config(tmp_path, [{"name": "A", "kind": "dlt", "url": f"http://127.0.0.1:{closed}"}])
+    out = until_logged(["distributor", "serve", "--config", str(config)], tmp_path / "log", "following A failed")
+    assert out.count("following A failed") == 1, out
+    told(out, f"the DLT adapter at http://127.0.0.1:{closed}")

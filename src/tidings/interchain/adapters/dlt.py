@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ...core.addresses import unreachable
 from ...core.interchain import DltPublish, DltSubscribe, NetworkNotification
 from ...core.undecodable import UNDECODABLE
 from ..errors import NetworkUnavailable
@@ -49,7 +50,8 @@ class DltNetwork(Network):
         self._http: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
+            total=self.timeout, sock_connect=min(self.timeout, self.context.connect_timeout_s)))
 
     async def close(self) -> None:
         if self._http is not None:
@@ -72,6 +74,10 @@ class DltNetwork(Network):
                         code="network_refused" if 400 <= resp.status < 500 else None,
                     )
                 return raw
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+            why = "no answer in time" if isinstance(e, aiohttp.ConnectionTimeoutError) else str(e.os_error)
+            raise NetworkUnavailable(f"{self.name}: {method} {path}: " + unreachable(
+                "the DLT adapter", self.url, min(self.timeout, self.context.connect_timeout_s), why)) from e
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise NetworkUnavailable(f"{self.name}: {method} {path}: {e!r}") from e
 
