@@ -284,3 +284,34 @@ async def test_reconcile_verifies_repairs_inside_the_duplicate_window(spark: Any
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_stream(js_stream)
         await nc.close()
+
+
+async def test_reconcile_command_exits_1_with_a_count_per_network(tmp_path: Path) -> None:
+    """`tidings distributor reconcile` on a network that answers 201 and stores nothing:
+    the report counts what is still missing there, and the command exits 1."""
+    import asyncio
+
+    tag = uuid.uuid4().hex[:10]
+    stream = f"test:rep-cli:{tag}"
+    r = aioredis.Redis()
+    a = _ForgetfulDlt("A", drop={"c1"})
+    await a.start()
+    for gid in ("c0", "c1"):
+        await r.xadd(stream, {"event": json.dumps(event(gid))})
+    config = tmp_path / "ied.json"
+    config.write_text(json.dumps({"sqlite": str(tmp_path / "state.db"), "networks": [
+        {"name": "A", "kind": "dlt", "url": a.url}, {"name": "R", "kind": "redis", "stream": stream}]}))
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tidings", "distributor", "reconcile", "--config", str(config),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        out, err = await asyncio.wait_for(proc.communicate(), 300)
+        text = out.decode()
+        assert proc.returncode == 1, (text, err.decode()[-2000:])
+        assert "still missing on A after the repair: 1 (c1)" in text and "fixed on A: c0" in text, text
+        assert sorted(a.gids()) == ["c0"]
+    finally:
+        await a.close()
+        await r.delete(stream)
+        await r.aclose()
