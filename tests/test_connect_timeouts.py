@@ -137,16 +137,18 @@ def test_redis_state_of_the_distributor(tmp_path: Path, which: str, request: pyt
     told(out, f"Redis (the distributor's state) at redis://@127.0.0.1:{port}/0")
 
 
+@pytest.mark.parametrize("kind", ["jetstream", "redis"])
 @pytest.mark.parametrize("which", ["closed", "silent"])
-def test_nats_network_of_the_distributor(tmp_path: Path, which: str, request: pytest.FixtureRequest) -> None:
+def test_network_of_the_distributor(tmp_path: Path, which: str, kind: str, request: pytest.FixtureRequest) -> None:
     """A network that is away is no reason to stop serving: the distributor logs once why
     following it failed, and keeps trying with back-off."""
     port = request.getfixturevalue(which)
-    config = _distributor_config(tmp_path, [{"name": "J", "kind": "jetstream",
-                                              "url": f"nats://tidings:{PASSWORD}@127.0.0.1:{port}"}])
-    out = until_logged(["distributor", "serve", "--config", str(config)], tmp_path / "log", "following J failed")
-    assert out.count("following J failed") == 1, out
-    told(out, f"NATS at nats://tidings@127.0.0.1:{port}")
+    scheme, what = ("nats", "NATS") if kind == "jetstream" else ("redis", "Redis")
+    config = _distributor_config(tmp_path, [{"name": "N", "kind": kind,
+                                              "url": f"{scheme}://tidings:{PASSWORD}@127.0.0.1:{port}"}])
+    out = until_logged(["distributor", "serve", "--config", str(config)], tmp_path / "log", "following N failed")
+    assert out.count("following N failed") == 1, out
+    told(out, f"{what} at {scheme}://tidings@127.0.0.1:{port}")
 
 
 @pytest.mark.parametrize("which", ["closed", "silent"])
