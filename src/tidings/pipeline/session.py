@@ -74,7 +74,8 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
         wait = _connect_timeout()
         _reach(master, wait)  # type: ignore[arg-type]
         # A server that takes the connection and never answers gRPC would hold the
-        # client's retries for ten minutes: the session's start has the same deadline.
+        # client's retries for ten minutes: the session's start has a deadline too, three
+        # connect timeouts (a real server's first session takes seconds on a busy host).
         spark = _within(wait, master, lambda: _start(  # type: ignore[arg-type]
             SparkSession, app_name, master, True, settings, None))
         prepare(spark)
@@ -160,9 +161,13 @@ def _reach(master: str, wait: float) -> None:
                             hint="check --master and that the Spark Connect server runs") from None
 
 
+SESSION_WAITS = 3
+"""A Spark Connect session must start within this many connect timeouts."""
+
+
 def _within(wait: float, master: str, start: Callable[[], Any]) -> Any:
-    """``start()`` in a daemon thread, given ``wait`` seconds; a thread stuck in gRPC's
-    retries is left behind (it does not hold the process at exit)."""
+    """``start()`` in a daemon thread, given ``SESSION_WAITS * wait`` seconds; a thread
+    stuck in gRPC's retries is left behind (it does not hold the process at exit)."""
     done: list[Any] = []
     failed: list[BaseException] = []
 
@@ -174,14 +179,15 @@ def _within(wait: float, master: str, start: Callable[[], Any]) -> Any:
 
     t = threading.Thread(target=run, name="tidings-spark-connect", daemon=True)
     t.start()
-    t.join(wait)
+    t.join(SESSION_WAITS * wait)
     if failed:
         raise failed[0]
     if not done:
         _abandon_connect()
         host, port = _connect_address(master)
         raise PipelineError(unreachable("Spark Connect", f"sc://{host}:{port}", wait,
-                                        "it took the connection but started no session in time"),
+                                        f"it took the connection but started no session within "
+                                        f"{SESSION_WAITS * wait:g} s"),
                             code="connect_unreachable",
                             hint="check that the address is a Spark Connect server's (default port 15002)")
     return done[0]
