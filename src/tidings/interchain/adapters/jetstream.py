@@ -22,6 +22,7 @@ occurs in an escaped id, so that id is new to the window and names no other even
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import msgspec
@@ -34,6 +35,8 @@ from ..errors import InterchainError, NetworkUnavailable, NotStored
 from ._base import Deliver, Network
 
 __all__ = ["JetStreamNetwork"]
+
+log = logging.getLogger("tidings.interchain.jetstream")
 
 _decode = msgspec.json.Decoder(DltPublish).decode
 _encode = msgspec.json.Encoder().encode
@@ -244,7 +247,9 @@ class JetStreamNetwork(Network):
 
 
 async def _quiet(e: Exception) -> None:
-    """nats-py logs every failed try through this callback; the follower's back-off logs instead."""
+    """nats-py logs every failed try through this callback at ERROR; the follower's
+    back-off tells a network that is away once, so these go to DEBUG."""
+    log.debug("nats: %r", e)
 
 
 def _why(e: BaseException) -> str:
