@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
+import redis.asyncio as aioredis
 
+from tidings.core.interchain import DltPublish
+from tidings.interchain import Distributor, NetworkContext
+from tidings.interchain.adapters import RedisStreamNetwork
 from tidings.interchain.state import Mark, RedisState, SQLiteState, State
+
+from .conftest import eventually, free_port
+from .interchain_support import event
 
 
 @pytest.fixture(params=["redis", "sqlite"])
@@ -93,3 +105,69 @@ async def test_one_batch_with_repeats_many_sets_and_more_than_one_script_call(st
     assert await state.peek("net:N", 10) == []
     assert await state.mark([Mark("notifiedEvents:s0", "g0", "sub:s0", b"again")]) == [False]
     assert await state.mark([]) == []
+
+
+async def test_a_state_that_goes_away_is_told_once_and_outboxes_go_on(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The state's own Redis (a throwaway redis-server) stops for a while: every outbox
+    waits, one line says so (not one per outbox per try), one line says it is back, and
+    what is published then reaches its network."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+
+    def redis_server() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", str(tmp_path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    server = redis_server()
+    stream = f"test:away:{uuid.uuid4().hex[:8]}"
+    state = RedisState(f"redis://127.0.0.1:{port}/0", "test:away:", connect_timeout_s=1)
+    await eventually(lambda: _answers(port), timeout=10)
+    await state.open()
+    ctx = NetworkContext(public_url="http://127.0.0.1:1", state=state)
+    nets = [RedisStreamNetwork(n, {"stream": f"{stream}:{n}"}, ctx) for n in ("A", "B")]
+    for n in nets:
+        await n.open()
+    d = Distributor(nets, state)
+    run = asyncio.create_task(d.run(follow=False))
+    shared = aioredis.Redis()
+    try:
+        with caplog.at_level(logging.INFO, logger="tidings.interchain"):
+            server.terminate()
+            server.wait(10)
+            await asyncio.sleep(3)  # several tries of each outbox
+            server = redis_server()
+            await eventually(lambda: _answers(port), timeout=10)
+            await eventually(lambda: any("answers again" in r.getMessage() for r in caplog.records), timeout=15)
+            await d.publish(msgspec.convert(event("after"), DltPublish))
+            await eventually(lambda: _len(shared, f"{stream}:A"), timeout=15)
+        away = [r for r in caplog.records if "cannot be read" in r.getMessage()]
+        back = [r for r in caplog.records if "answers again" in r.getMessage()]
+        assert (len(away), len(back)) == (1, 1), [r.getMessage() for r in caplog.records]
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        for n in nets:
+            await n.close()
+        await state.close()
+        await shared.delete(f"{stream}:A", f"{stream}:B")
+        await shared.aclose()
+        server.terminate()
+        server.wait(10)
+
+
+async def _answers(port: int) -> bool:
+    r = aioredis.Redis(port=port, socket_connect_timeout=0.5)
+    try:
+        return bool(await r.ping())
+    except Exception:
+        return False
+    finally:
+        await r.aclose()
+
+
+async def _len(r: aioredis.Redis, key: str) -> bool:
+    return bool(await r.xlen(key))

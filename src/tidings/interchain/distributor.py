@@ -124,6 +124,7 @@ class Distributor:
         """Consumers' endpoints are called through it (docs/security.md)."""
         self._notify_timeout = notify_timeout_s
         self.following: dict[str, bool] = dict.fromkeys(self.networks, False)
+        self._state_told = False
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -259,11 +260,12 @@ class Distributor:
             box.wake.clear()
             try:
                 batch = await self.state.peek(box.target, _BATCH)
-            except Exception:  # the state (Redis) is away: wait for it, keep the task
+            except Exception as e:  # the state (Redis) is away: wait for it, keep the task
                 attempt += 1
-                log.warning("reading the outbox of %s failed", box.target, exc_info=attempt == 1)
+                self._state_away(e)
                 await asyncio.sleep(self.backoff.delay(attempt, random.random()))
                 continue
+            self._state_back()
             if not batch:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(1.0):  # a safety net; wakes come from marks
@@ -297,6 +299,17 @@ class Distributor:
                     log.warning("removing sent items of %s failed; retrying", box.target, exc_info=True)
                     await asyncio.sleep(1.0)
             box.sent += done
+
+    def _state_away(self, e: BaseException) -> None:
+        """Every outbox waits while the state is away: told once for all, not per try."""
+        if not self._state_told:
+            self._state_told = True
+            log.warning("the distributor's state cannot be read (%r); every outbox waits for it", e)
+
+    def _state_back(self) -> None:
+        if self._state_told:
+            self._state_told = False
+            log.warning("the distributor's state answers again; the outboxes go on")
 
     # -- reading ----------------------------------------------------------------------
 
