@@ -243,6 +243,7 @@ async def test_reconcile_verifies_repairs_inside_the_duplicate_window(spark: Any
             for n in networks:
                 if not (n.name == "A" and gid in gone_from_a):
                     await n.publish(msgspec.convert(event(gid), DltPublish))
+        await networks[2].publish(msgspec.convert(event("e0"), DltPublish))  # A holds e0 twice
         assert (await js.stream_info(js_stream)).config.duplicate_window >= 60  # the deletes fall inside it
         # The outage: events lost from each stream while the window remembers them.
         js_gone, r_gone = {"e1", "e4", "e9"}, {"e2", "e4"}
@@ -262,6 +263,7 @@ async def test_reconcile_verifies_repairs_inside_the_duplicate_window(spark: Any
         }
         assert not report.ok  # the CLI exits 1
         assert "still missing on A after the repair: 2 (e7, e8)" in report.text()
+        assert [(n.name, n.duplicates) for n in report.networks] == [("J", 0), ("R", 0), ("A", 1)]
         assert await state.members("publishedEvents:J") == js_gone  # marked only once read back
 
         for n in networks[:2]:  # exactly once each
@@ -272,8 +274,10 @@ async def test_reconcile_verifies_repairs_inside_the_duplicate_window(spark: Any
         assert [(n.name, n.missing, n.fixed, n.still_missing) for n in again.networks] == [
             ("J", [], [], []), ("R", [], [], []), ("A", sorted(gone_from_a), sorted(gone_from_a), [])]
         assert again.ok
+        assert [(n.name, n.duplicates) for n in again.networks] == [("J", 0), ("R", 0), ("A", 1)]
         for n in networks:
-            assert sorted(global_id(m.dataLocation) for m in await n.events()) == every, n.name
+            want = sorted([*every, "e0"]) if n.name == "A" else every  # reported, not rewritten
+            assert sorted(global_id(m.dataLocation) for m in await n.events()) == want, n.name
     finally:
         for n in networks:
             await n.close()

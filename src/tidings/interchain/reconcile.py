@@ -17,6 +17,7 @@ alone is never reported as a repair; what is still missing is reported per netwo
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,9 @@ class NetworkReport:
     """Of those, the ones republished to it and read back from it."""
     still_missing: list[str] = field(default_factory=list)
     """Of those, the ones it still lacks after the repair (not read back)."""
+    duplicates: int = 0
+    """Global ids the network holds more than once (after the repair, if it was
+    repaired): reported, not repaired (a network's log is not rewritten)."""
     error: str | None = None
     """Why the network could not be read or repaired, if so."""
 
@@ -59,10 +63,10 @@ class Report:
 
     def text(self) -> str:
         lines = [f"{self.total} distinct events over {len(self.networks)} networks",
-                 f"{'network':<20} {'events':>8} {'missing':>8} {'fixed':>8} {'still':>8}"]
+                 f"{'network':<20} {'events':>8} {'missing':>8} {'fixed':>8} {'still':>8} {'repeated':>8}"]
         for n in self.networks:
             lines.append(f"{n.name:<20} {n.events:>8} {len(n.missing):>8} {len(n.fixed):>8}"
-                         f" {len(n.still_missing):>8}" + (f"  error: {n.error}" if n.error else ""))
+                         f" {len(n.still_missing):>8} {n.duplicates:>8}" + (f"  error: {n.error}" if n.error else ""))
         for n in self.networks:
             if n.fixed:
                 lines.append(f"fixed on {n.name}: {', '.join(sorted(n.fixed))}")
@@ -92,13 +96,17 @@ def _rows(network: Network, events: list[Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _missing(spark: Any, frames: list[Any], names: list[str]) -> tuple[int, dict[str, int], list[tuple[str, str, str]]]:
-    """Per network its distinct count, and every (network, gid, payload) missing."""
+def _missing(spark: Any, frames: list[Any], names: list[str]) -> tuple[
+        int, dict[str, int], dict[str, int], list[tuple[str, str, str]]]:
+    """Per network its distinct count and its count of ids held more than once, and every
+    (network, gid, payload) missing."""
     from pyspark.sql import functions as F
 
     union = frames[0]
     for f in frames[1:]:
         union = union.unionByName(f)
+    held = union.groupBy("network", "gid").count()
+    dupes = {r["network"]: r["count"] for r in held.where(F.col("count") > 1).groupBy("network").count().collect()}
     present = union.select("network", "gid").distinct().cache()
     ids = union.groupBy("gid").agg(F.min("payload").alias("payload"))
     nets = spark.createDataFrame([(n,) for n in names], "network string")
@@ -108,7 +116,7 @@ def _missing(spark: Any, frames: list[Any], names: list[str]) -> tuple[int, dict
     total = ids.count()
     rows = [(r["network"], r["gid"], r["payload"]) for r in missing.orderBy("network", "gid").collect()]
     present.unpersist()
-    return total, counts, rows
+    return total, counts, dupes, rows
 
 
 async def reconcile(networks: list[Network], state: State, spark: Any, *, repair: bool = True) -> Report:
@@ -137,10 +145,11 @@ async def reconcile(networks: list[Network], state: State, spark: Any, *, repair
     if not frames:
         return Report(0, list(reports.values()))
     names = [n.name for n in readable]
-    total, counts, missing = await asyncio.to_thread(_missing, spark, frames, names)
+    total, counts, dupes, missing = await asyncio.to_thread(_missing, spark, frames, names)
     by_name = {n.name: n for n in readable}
     for name in names:
         reports[name].events = counts.get(name, 0)
+        reports[name].duplicates = dupes.get(name, 0)
     sent: dict[str, list[str]] = {}
     for name, gid, payload in missing:
         rep = reports[name]
@@ -164,23 +173,25 @@ async def _verify(net: Network, rep: NetworkReport, sent: list[str], state: Stat
     marked published, so the live distributor does not send them again), the others
     still missing."""
     try:
-        present = await _gids(net, spark)
+        present = await _held(net, spark)
     except Exception as e:  # the repair went out but cannot be confirmed: not counted
         rep.error = f"reading back the repair failed: {e if isinstance(e, InterchainError) else repr(e)}"
         rep.still_missing = list(sent)
         return
     rep.fixed = [g for g in sent if g in present]
     rep.still_missing = [g for g in sent if g not in present]
+    rep.duplicates = sum(1 for n in present.values() if n > 1)
     if rep.fixed:
         await state.mark([Mark(published_set(net.name), g) for g in rep.fixed])
 
 
-async def _gids(net: Network, spark: Any) -> set[str]:
+async def _held(net: Network, spark: Any) -> dict[str, int]:
+    """How many times the network holds each global id."""
     frame = net.frame(spark)
     if frame is None:
-        return {gid for _, gid, _ in _rows(net, await net.events())}
-    rows = await asyncio.to_thread(lambda: frame.select("gid").distinct().collect())
-    return {r["gid"] for r in rows}
+        return dict(Counter(gid for _, gid, _ in _rows(net, await net.events())))
+    rows = await asyncio.to_thread(lambda: frame.groupBy("gid").count().collect())
+    return {r["gid"]: r["count"] for r in rows}
 
 
 def _body(payload: str) -> DltPublish:
