@@ -77,14 +77,20 @@ async def test_bookkeeping_refused_for_a_while_is_recorded_again_not_stepped_ove
 
             await publish(100)
             # Cut the database off while the last pushes' records are being written, for
-            # longer than the store's timeout: those writes fail.
+            # longer than the store's timeout: those writes fail, and so do publishes.
             proxy.partition()
-            await asyncio.sleep(2.5)
+            await asyncio.sleep(0.5)
+            await publish(20)
+            await asyncio.sleep(1.5)
             proxy.heal()
             await publish(100)
             await eventually(lambda: all((s, i) in taking.got for s in subs for i in acked), timeout=60)
             await asyncio.sleep(1.0)
         await asyncio.to_thread(server.stop)
+        # The outage is told once, with its reason, and its end once: not once per request.
+        text = (server.data_dir / "server.log").read_text()
+        assert text.count("the store is unavailable; requests that need it are answered 503") == 1, text[-3000:]
+        assert text.count("the store is available again after") == 1
 
         pg = PostgresStore(database, server_settings={"search_path": query.partition("=")[2]})
         await pg.open()

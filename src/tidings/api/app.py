@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -58,13 +59,46 @@ def error_response(status: int, code: str, message: str, retry_after_s: int | No
     return Response(_encode(_Error(_ErrorBody(code, message))), status_code=status, media_type=_JSON, headers=headers)
 
 
+class _Outage:
+    """A store that cannot be reached is told once per episode: when it starts, with the
+    reason, and when a request is served again, with how long it lasted and how many
+    requests were answered 503; not once per request (thousands a second)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.refused = 0
+
+    def refused_now(self, why: BaseException) -> None:
+        self.refused += 1
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("the store is unavailable; requests that need it are answered 503 until it is back: %s", why)
+
+    def served(self) -> None:
+        if self.since is not None:
+            log.warning("the store is available again after %.1f s; %d request(s) were answered 503 meanwhile",
+                        time.monotonic() - self.since, self.refused)
+            self.since, self.refused = None, 0
+
+
+_OUTAGE = _Outage()
+
+
 def api_error(e: ApiError | StoreUnavailable) -> Response:
     """The answer to a refused request: its documented JSON error, with ``Retry-After``
     when trying again later makes sense (a store that is unavailable: 503)."""
     if isinstance(e, StoreUnavailable):
-        log.warning("the store is unavailable: %s", e)
+        _OUTAGE.refused_now(e)
         return error_response(503, "unavailable", f"the store is unavailable; retry shortly ({e})", 1)
+    if isinstance(e.__cause__, StoreUnavailable):
+        _OUTAGE.refused_now(e.__cause__)
     return error_response(e.status, e.code, e.message, getattr(e, "retry_after_s", None))
+
+
+def served() -> None:
+    """A request was answered by the store's work: an outage, if one was told, is over."""
+    if _OUTAGE.since is not None:
+        _OUTAGE.served()
 
 
 def publish_reply(results: Any, warnings: list[str]) -> Response:
@@ -117,6 +151,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
                 # The request's trace context is each event's that has none of its own.
                 ingest.add_trace_context(arg, request.headers["traceparent"], request.headers.get("tracestate"))
             result = await method.handler(broker, caller, arg)
+            served()
         except (ApiError, StoreUnavailable) as e:
             # StoreUnavailable: the database restarts, fails over or is cut off: retryable.
             return api_error(e)

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..broker import Broker
 from ..core.ingest import PublishBatch
 from ..errors import ApiError, StoreUnavailable
-from .app import api_error, publish_reply
+from .app import api_error, publish_reply, served
 
 __all__ = ["FRONT_HEADER", "internal_app"]
 
@@ -48,6 +48,7 @@ def internal_app(broker: Broker, public: Starlette, secret: str) -> ASGIApp:
             results = await broker.broadcaster.commit(caller, batch.n, batch.rows, refused, batch.now, warnings)
         except (ApiError, StoreUnavailable) as e:
             return api_error(e)
+        served()
         return publish_reply(results, warnings)
 
     async def auth(request: Request) -> Response:

@@ -223,7 +223,7 @@ class Broadcaster:
                 stored = await self._store.append(new, stats)
         except StoreUnavailable as x:
             # Retryable as a whole: the publisher tries again shortly (503, Retry-After).
-            raise Unavailable(f"the events were not stored, the store is unavailable: {x}") from None
+            raise Unavailable(f"the events were not stored, the store is unavailable: {x}") from x
         except StoreError as x:
             for i, _ in accepted:
                 results[i] = err("GenericBatchError", f"the events were not stored: {x}")
