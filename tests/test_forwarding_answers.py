@@ -1,11 +1,14 @@
 """What a broadcaster tells a publisher when the publication's owner, to which it forwarded
 the events, answers badly or not at all (docs/scaling.md, "Publishing to the owner").
 
-Against a real HTTP server on loopback playing the owner: an owner that surely stored
-nothing (unreachable, or refusing with a 4xx) lets the events be stored where they arrived
-(``None``); one that may have stored them (silent past the timeout, 5xx, a cut or
-unreadable or oversized answer) makes every event a ``GenericBatchError`` saying so,
-never a silent success and never a second copy."""
+Against a real HTTP server on loopback playing the owner, and the relay tokens in a real
+PostgreSQL store: an owner that surely stored nothing (unreachable, or refusing with a
+4xx) lets the events be stored where they arrived (``None``). One that may have stored
+them (silent past the timeout, 5xx, a cut or unreadable or oversized answer) makes the
+sender withdraw the relay's token: if the owner had not stored them it never will, and
+they are stored here (``None``); if it had, the answer is the ids it stored them under.
+Only a store the sender cannot reach either leaves it unknown: every event is then a
+``GenericBatchError`` saying so. Never a silent success, never a second copy."""
 
 from __future__ import annotations
 
@@ -18,20 +21,30 @@ import pytest
 from aiohttp import web
 
 from tidings.broker import forwarding
-from tidings.broker.forwarding import Forwarding, Relayed
+from tidings.broker.forwarding import Forwarding, RelayBatch, Relayed
 from tidings.core.ingest import Prepared
 from tidings.core.wire import ok
-from tidings.store import PrincipalRecord
+from tidings.store import NewEvent, PostgresStore, PrincipalRecord
 
 from .conftest import free_port
+from .pg_support import fresh_schema
 
 TIMEOUT_S = 0.5
+_STORE = web.AppKey("store", PostgresStore)
 ROWS = [Prepared(0, "shop.orders", b'{"Nat":1}', b"[]"), Prepared(2, "shop.orders", b'{"Nat":2}', b"[]")]
 
 
 async def _owner(request: web.Request) -> web.StreamResponse:
     how = request.match_info["how"]
-    await request.read()
+    body = await request.read()
+    if how == "stores-then-fails":  # stored them under the relay's token, then its answer was lost
+        relay = msgspec.msgpack.decode(body, type=RelayBatch)
+        store = request.app[_STORE]
+        await store.append_relayed(
+            [NewEvent(namespace=r.namespace, source=relay.source, timestamp=1, data=r.data, headers=r.headers)
+             for r in relay.batch.rows], [], relay.token,
+        )
+        return web.Response(status=503, text="lost")
     if how == "silent":
         await asyncio.sleep(3600)
     if how == "fails":
@@ -53,8 +66,18 @@ async def _owner(request: web.Request) -> web.StreamResponse:
 
 
 @pytest.fixture
-async def owner() -> AsyncIterator[str]:
+async def store(pg_database: str) -> AsyncIterator[PostgresStore]:
+    async with fresh_schema(pg_database) as schema:
+        s = PostgresStore(pg_database, server_settings={"search_path": schema})
+        await s.open()
+        yield s
+        await s.close()
+
+
+@pytest.fixture
+async def owner(store: PostgresStore) -> AsyncIterator[str]:
     app = web.Application()
+    app[_STORE] = store
     app.router.add_post("/{how}/v1/icrc72_publish_relay", _owner)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
@@ -65,8 +88,8 @@ async def owner() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def fwd() -> AsyncIterator[Forwarding]:
-    f = Forwarding(None, timeout_s=TIMEOUT_S)  # type: ignore[arg-type] - send() needs no membership
+async def fwd(store: PostgresStore) -> AsyncIterator[Forwarding]:
+    f = Forwarding(None, store, timeout_s=TIMEOUT_S)  # type: ignore[arg-type] - send() needs no membership
     await f.start(b"shared secret")
     yield f
     await f.close()
@@ -78,16 +101,40 @@ async def test_the_owner_s_answer_is_the_publisher_s(owner: str, fwd: Forwarding
 
 
 @pytest.mark.parametrize("how", ["silent", "fails", "garbage", "huge", "cut"])
-async def test_an_owner_that_may_have_stored_them_makes_each_event_an_error_saying_so(
-    owner: str, fwd: Forwarding, how: str
+async def test_an_owner_that_gave_no_usable_answer_and_stored_nothing_can_no_longer_store_them(
+    owner: str, fwd: Forwarding, store: PostgresStore, how: str
 ) -> None:
     started = time.monotonic()
-    got = await fwd.send(f"{owner}/{how}", PrincipalRecord(name="alice"), 3, ROWS, 0)
+    assert await fwd.send(f"{owner}/{how}", PrincipalRecord(name="alice"), 3, ROWS, 0) is None  # store here
     assert time.monotonic() - started < TIMEOUT_S + 2  # bounded, whatever the owner does
+    # The owner, answering at last, stores nothing: its append reuses the withdrawn token.
+    (token,) = await store._fetch("SELECT token FROM relay_tokens")
+    with pytest.raises(Exception, match="relay_tokens"):
+        await store.append_relayed([NewEvent(namespace="shop.orders", source="alice", timestamp=1, data=b"1")], [],
+                                   token[0])
+    assert await store.head() == 0
+
+
+async def test_an_owner_that_stored_them_and_lost_its_answer_gives_their_ids(
+    owner: str, fwd: Forwarding, store: PostgresStore
+) -> None:
+    got = await fwd.send(f"{owner}/stores-then-fails", PrincipalRecord(name="alice"), 3, ROWS, 0)
+    assert got == Relayed([ok([1]), None, ok([2])])
+    assert await store.head() == 2  # stored once
+
+
+async def test_a_store_that_cannot_say_makes_each_event_an_error_saying_so(owner: str, store: PostgresStore) -> None:
+    f = Forwarding(None, store, timeout_s=TIMEOUT_S)  # type: ignore[arg-type]
+    await f.start(b"shared secret")
+    await store.close()  # the withdraw cannot be asked
+    try:
+        got = await f.send(f"{owner}/fails", PrincipalRecord(name="alice"), 3, ROWS, 0)
+    finally:
+        await f.close()
+        await store.open()
     assert got is not None and got.results[1] is None  # position 1 was not among the forwarded
     for i in (0, 2):
-        result = got.results[i]
-        plain = msgspec.to_builtins(result)
+        plain = msgspec.to_builtins(got.results[i])
         assert "Err" in plain and "GenericBatchError" in str(plain) and "may or may not be stored" in str(plain)
 
 

@@ -167,6 +167,7 @@ async def test_a_store_from_before_packed_rows_is_brought_up_to_date(tmp_path: P
         c.execute("DROP INDEX deliveries_batches")
         c.execute("ALTER TABLE deliveries DROP COLUMN items")
         c.execute("ALTER TABLE deliveries DROP COLUMN n")
+        c.execute("PRAGMA user_version = 0")  # which had no schema version yet
     again = SQLiteStore(path)
     await again.open()
     try:

@@ -103,8 +103,9 @@ class Delivery:
         self.now_ns = now_ns
         self.random = rand
         self.metrics = metrics or Metrics()
+        # The clock is looked up on this object at each push: tests put their own in.
         self._push = Push(settings, tail, outbound, signer=signer, leases=leases, fence_of=self.fence_of,
-                          now_ns=now_ns)
+                          now_ns=lambda: self.now_ns())
         self.post = self._push.post
         """One push (``push.Push.post``)."""
         self.notifications = self._push.notifications
