@@ -15,8 +15,10 @@ are idempotent.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 from ..errors import StoreError
@@ -62,18 +64,26 @@ SCHEMA_VERSION: Final = len(STEPS)
 
 
 def header_version(path: str) -> int | None:
-    """The version in the header of the file at ``path`` (None: no database there yet),
-    read without opening it: a newer store is refused before the writer's first pragma
-    (``journal_mode=WAL`` rewrites the header of a file in another mode). A version
-    committed to the WAL and not yet to the file is caught by ``migrate``."""
+    """The version of the store at ``path`` (None: no database there yet), read on a
+    read-only connection: a newer store is refused before the writer's first pragma
+    (``journal_mode=WAL`` rewrites the header of a file in another mode).
+
+    Through SQLite, never ``open()``: closing any descriptor of a file drops every POSIX
+    lock this process holds on it, those of SQLite's own connections to it included (a
+    killed job then left a truncated file, SQLITE_IOERR_SHORT_READ); SQLite shares its
+    descriptors and locks between the connections of one process."""
+    if not os.path.exists(path):
+        return None
     try:
-        with open(path, "rb") as f:
-            head = f.read(100)
-    except FileNotFoundError:
+        conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
         return None
-    if len(head) < 100 or not head.startswith(b"SQLite format 3\0"):
-        return None
-    return int.from_bytes(head[60:64], "big")
+    try:
+        return version_of(conn)
+    except sqlite3.DatabaseError:
+        return None  # not a database: the writer says so
+    finally:
+        conn.close()
 
 
 def version_of(conn: sqlite3.Connection) -> int:
