@@ -15,6 +15,7 @@ from typing import Protocol
 
 import msgspec
 
+from ..core import tracecontext
 from ..core.config import SubscriptionConfig
 from ..core.retry import Outcome, classify, retry_after_seconds
 from ..core.undecodable import UNDECODABLE
@@ -99,6 +100,12 @@ class Push:
             body, headers = cloudevents_push(batch, conf.cloudevents)
         else:
             body, headers = self.notifications(batch, conf), {"content-type": "application/json"}
+        if tracecontext.TRACEPARENT not in headers:
+            # The HTTP header carries the first traced event's context (for the receiver's
+            # HTTP tracing); each notification's headers keep its own (docs/wire-format.md).
+            context = tracecontext.first_of(n.event.headers for n in batch)
+            if context is not None:
+                headers.update(context.pairs())
         headers["x-tidings-subscription"] = str(sub.id)
         headers["x-tidings-mode"] = sub.mode
         fence = self._fence_of(sub.id) if self._leases is not None else None
