@@ -22,6 +22,7 @@ from ..core.undecodable import UNDECODABLE
 from ..outbound import Outbound
 from ..settings import Settings
 from ..store import Fence, SubscriptionRecord
+from ..tracing import Tracing
 from .push_body import PushBodies, cloudevents_push
 from .redelivery import Note
 from .tail import Tail
@@ -57,6 +58,7 @@ class Push:
         self, settings: Settings, tail: Tail, outbound: Outbound, *,
         signer: Callable[[int, str, bytes], dict[str, str]] | None,
         leases: Leases | None, fence_of: Callable[[int], Fence | None], now_ns: Callable[[], int] = time.time_ns,
+        tracing: Tracing | None = None,
     ) -> None:
         self._settings = settings
         self._tail = tail
@@ -68,6 +70,7 @@ class Push:
         self._fence_of = fence_of
         self._now_ns = now_ns
         self._bodies = PushBodies()
+        self._tracing = tracing
         self.transports: dict[str, Transport] = {}
         """Pushes to endpoints of another scheme than http(s), by scheme (``xmpp``)."""
 
@@ -89,6 +92,22 @@ class Push:
         self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig
     ) -> tuple[Outcome, object, str, float | None]:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
+        if self._tracing is None:
+            return await self._post(sub, batch, conf, None)
+        span = self._tracing.push(sub.id, [n.event.namespace for n in batch], [n.event.headers for n in batch])
+        if span is None:
+            return await self._post(sub, batch, conf, None)
+        try:
+            pushed = await self._post(sub, batch, conf, span.headers)
+        except BaseException as e:
+            span.end("error", type(e).__name__)
+            raise
+        span.end(pushed[0].value, pushed[2])
+        return pushed
+
+    async def _post(
+        self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig, trace: dict[str, str] | None
+    ) -> tuple[Outcome, object, str, float | None]:
         if sub.endpoint is None:
             return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
         scheme, colon, _ = sub.endpoint.partition(":")
@@ -100,7 +119,9 @@ class Push:
             body, headers = cloudevents_push(batch, conf.cloudevents)
         else:
             body, headers = self.notifications(batch, conf), {"content-type": "application/json"}
-        if tracecontext.TRACEPARENT not in headers:
+        if trace is not None:  # the push span's own context: the receiver's spans are its children
+            headers.update(trace)
+        elif tracecontext.TRACEPARENT not in headers:
             # The HTTP header carries the first traced event's context (for the receiver's
             # HTTP tracing); each notification's headers keep its own (docs/wire-format.md).
             context = tracecontext.first_of(n.event.headers for n in batch)

@@ -1,0 +1,207 @@
+"""OpenTelemetry across the hop (docs/operations.md, "Tracing"): a real server exporting
+over OTLP/HTTP to a real receiver in the test (``POST /v1/traces``, protobuf
+``ExportTraceServiceRequest``), one trace from the publisher's span through tidings'
+receive, commit, route and push spans to the traceparent the subscriber receives; and
+tracing off costs nothing (OpenTelemetry is not even imported)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from tidings import tracing
+
+from .conftest import ServerProcess, admin_api, eventually, read_body, respond
+
+NS = "com.example.traced"
+
+
+class Collector:
+    """An OTLP/HTTP trace receiver: keeps every span exported to it."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.resources: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = await read_body(receive)
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        if scope["path"] != "/v1/traces" or scope["method"] != "POST":
+            await respond(send, 404, b"")
+            return
+        if headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        request = ExportTraceServiceRequest.FromString(body)
+        for rs in request.resource_spans:
+            self.resources.append({a.key: a.value.string_value for a in rs.resource.attributes})
+            for ss in rs.scope_spans:
+                self.spans.extend(ss.spans)
+        await respond(send, 200, ExportTraceServiceResponse().SerializeToString(),
+                      content_type="application/x-protobuf")
+
+    def named(self, name: str) -> list[Span]:
+        return [s for s in self.spans if s.name == name]
+
+
+class Subscriber:
+    def __init__(self) -> None:
+        self.pushes: list[tuple[dict[str, str], Any]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        self.pushes.append((headers, json.loads(await read_body(receive))))
+        await respond(send, 200, b"")
+
+
+@pytest.fixture
+def traced_server(tmp_path: Path) -> Iterator[Any]:
+    started: list[ServerProcess] = []
+
+    def make(collector_url: str) -> ServerProcess:
+        s = ServerProcess(tmp_path / "server", env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url.rstrip("/"), "OTEL_BSP_SCHEDULE_DELAY": "50",
+            "OTEL_SERVICE_NAME": "tidings-under-test",
+        })
+        s.data_dir.mkdir()
+        s.start(new_port_if_taken=True)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+def attrs(span: Span) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in span.attributes:
+        kind = a.value.WhichOneof("value")
+        out[a.key] = getattr(a.value, kind) if kind else None
+    return out
+
+
+@pytest.mark.e2e
+async def test_one_trace_runs_from_the_publisher_through_tidings_to_the_subscriber(
+    traced_server: Any, endpoints: Any, http: aiohttp.ClientSession
+) -> None:
+    collector, subscriber = Collector(), Subscriber()
+    otlp, ep = await endpoints(collector), await endpoints(subscriber)
+    server = traced_server(otlp.url)
+    await admin_api(http, server, "icrc72_register_publication", [{"namespace": NS}])
+    await admin_api(http, server, "icrc72_register_subscription", [{"namespace": NS, "endpoint": ep.url}])
+    auth = {"authorization": f"Bearer {server.admin_token}"}
+    # A malformed traceparent is ignored (with its tracestate): no spans, no header.
+    async with http.post(f"{server.url}/v1/icrc72_publish", headers={**auth, "traceparent": "00-zz-01",
+                                                                     "tracestate": "a=1"},
+                         data=json.dumps([{"namespace": NS, "data": {"Nat": 0}}])) as r:
+        assert r.status == 200
+    await eventually(lambda: subscriber.pushes)
+    assert "traceparent" not in subscriber.pushes[0][0]
+
+    publisher = TracerProvider().get_tracer("the-publisher")
+    with publisher.start_as_current_span(f"send {NS}", kind=SpanKind.PRODUCER) as mine:
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        async with http.post(f"{server.url}/v1/icrc72_publish", headers={**auth, **carrier, "tracestate": "v=1"},
+                             data=json.dumps([{"namespace": NS, "data": {"Nat": 1}}])) as r:
+            assert r.status == 200
+            (answer,) = await r.json()
+    event_id = answer["Ok"][0]
+    trace_id = mine.get_span_context().trace_id.to_bytes(16, "big")
+    publisher_span = mine.get_span_context().span_id.to_bytes(8, "big")
+
+    await eventually(lambda: len(subscriber.pushes) == 2)
+    await eventually(lambda: all(collector.named(f"{op} {NS}") for op in ("receive", "commit", "route", "push")))
+    assert {s.trace_id for s in collector.spans} == {trace_id}  # the malformed one made none
+    assert {r.get("service.name") for r in collector.resources} == {"tidings-under-test"}
+    (receive,) = collector.named(f"receive {NS}")
+    (commit,) = collector.named(f"commit {NS}")
+    (route,) = collector.named(f"route {NS}")
+    (push,) = collector.named(f"push {NS}")
+    assert receive.parent_span_id == publisher_span and receive.kind == Span.SPAN_KIND_CONSUMER
+    assert commit.parent_span_id == receive.span_id and commit.kind == Span.SPAN_KIND_PRODUCER
+    assert route.parent_span_id == receive.span_id and route.kind == Span.SPAN_KIND_INTERNAL
+    assert push.parent_span_id == publisher_span and push.kind == Span.SPAN_KIND_CLIENT
+    common = {"messaging.system": "tidings", "messaging.destination.name": NS}
+    assert attrs(receive) == {**common, "messaging.operation.name": "receive", "messaging.operation.type": "receive",
+                              "messaging.message.id": str(event_id)}
+    assert attrs(commit) == {**common, "messaging.operation.name": "commit", "messaging.operation.type": "create",
+                             "messaging.message.id": str(event_id)}
+    assert attrs(route) == {**common, "messaging.operation.name": "route"}
+    (sub,) = await admin_api(http, server, "icrc72_get_subscriptions", {})
+    assert attrs(push) == {**common, "messaging.operation.name": "push", "messaging.operation.type": "send",
+                           "messaging.destination.subscription.name": str(sub["id"]), "tidings.push.outcome": "ack"}
+    assert all(s.status.code != s.status.STATUS_CODE_ERROR for s in collector.spans)
+
+    # The subscriber's traceparent continues the trace: same trace id, parent = tidings' push span.
+    headers, (note,) = subscriber.pushes[1]
+    version, got_trace, parent, flags = headers["traceparent"].split("-")
+    assert (version, bytes.fromhex(got_trace), bytes.fromhex(parent)) == ("00", trace_id, push.span_id)
+    assert int(flags, 16) & 1  # sampled (the SDK may add Level 2's random-trace-id flag, 02)
+    assert headers["tracestate"] == "v=1"
+    # The notification keeps the publisher's own context, as published.
+    pairs = dict((k, v["Text"]) for k, v in note["headers"] if k in ("traceparent", "tracestate"))
+    assert pairs == {"traceparent": carrier["traceparent"], "tracestate": "v=1"}
+
+
+_PROBE = """
+import sys
+{block}
+from tidings import tracing
+assert tracing.start("auto", {{}}) is None
+assert tracing.start("off", {{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}}) is None
+assert tracing.start("otlp", {{"OTEL_SDK_DISABLED": "true"}}) is None
+assert tracing.start("otlp", {{"OTEL_TRACES_EXPORTER": "none"}}) is None
+assert not [m for m, v in sys.modules.items() if m.startswith("opentelemetry") and v], "imported while off"
+print(tracing.start("auto", {{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}}) is None)
+try:
+    tracing.start("otlp", {{}})
+    print("started")
+except tracing.TracingUnavailable as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("extra", ["installed", "absent"])
+def test_tracing_is_none_unless_configured_and_needs_the_extra_only_when_asked(extra: str) -> None:
+    """Unconfigured, ``start`` is None and OpenTelemetry is never imported; with the extra
+    absent (its import blocked, as if not installed), ``auto`` stays off even when an
+    endpoint is set, and ``otlp`` is refused with the pip command to run."""
+    block = 'sys.modules["opentelemetry"] = None' if extra == "absent" else ""
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(block=block)], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.splitlines()
+    if extra == "absent":
+        assert out[0] == "True"
+        assert out[1].startswith("TIDINGS_TRACING=otlp needs the otel extra: pip install 'tidings[otel]'")
+    else:
+        assert out == ["False", "started"]
+
+
+def test_the_setting_takes_only_its_modes() -> None:
+    from tidings.errors import ConfigError
+    from tidings.settings import Settings
+
+    assert Settings.from_env({"TIDINGS_TRACING": "otlp"}).tracing == "otlp"
+    with pytest.raises(ConfigError, match="TIDINGS_TRACING='yes': use auto, otlp, off"):
+        Settings.from_env({"TIDINGS_TRACING": "yes"})
+    assert tracing.MODES == ("auto", "otlp", "off")
