@@ -150,7 +150,8 @@ async def test_one_trace_runs_from_the_publisher_through_tidings_to_the_subscrib
     assert attrs(route) == {**common, "messaging.operation.name": "route"}
     (sub,) = await admin_api(http, server, "icrc72_get_subscriptions", {})
     assert attrs(push) == {**common, "messaging.operation.name": "push", "messaging.operation.type": "send",
-                           "messaging.destination.subscription.name": str(sub["id"]), "tidings.push.outcome": "ack"}
+                           "messaging.destination.subscription.name": str(sub["id"]), "tidings.push.outcome": "ack",
+                           "messaging.message.id": str(event_id)}
     assert all(s.status.code != s.status.STATUS_CODE_ERROR for s in collector.spans)
 
     # The subscriber's traceparent continues the trace: same trace id, parent = tidings' push span.
@@ -205,3 +206,55 @@ def test_the_setting_takes_only_its_modes() -> None:
     with pytest.raises(ConfigError, match="TIDINGS_TRACING='yes': use auto, otlp, off"):
         Settings.from_env({"TIDINGS_TRACING": "yes"})
     assert tracing.MODES == ("auto", "otlp", "off")
+
+
+@pytest.mark.e2e
+async def test_a_failed_push_and_a_refused_event_have_error_spans(
+    traced_server: Any, endpoints: Any, http: aiohttp.ClientSession
+) -> None:
+    """Each try of a push is a span: the one answered 503 has an error status naming it,
+    the retry that is taken does not; an event refused (Unauthorized) ends its receive
+    span in error, with no commit."""
+    from tidings.client import Admin
+
+    collector = Collector()
+    failing = Subscriber()
+    tries: list[int] = []
+
+    async def flaky(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        tries.append(1)
+        if len(tries) == 1:
+            await read_body(receive)
+            await respond(send, 503, b"")
+            return
+        await failing(scope, receive, send)
+
+    otlp, ep = await endpoints(collector), await endpoints(flaky)
+    server = traced_server(otlp.url)
+    await admin_api(http, server, "icrc72_register_publication", [{"namespace": NS}])
+    await admin_api(http, server, "icrc72_register_subscription", [{"namespace": NS, "endpoint": ep.url}])
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with http.post(f"{server.url}/v1/icrc72_publish", headers={
+            "authorization": f"Bearer {server.admin_token}", "traceparent": parent},
+            data=json.dumps([{"namespace": NS, "data": {"Nat": 1}}])) as r:
+        assert r.status == 200
+    async with Admin(server.url, server.admin_token) as admin:
+        carol = await admin.create_principal("carol")
+    async with http.post(f"{server.url}/v1/icrc72_publish", headers={
+            "authorization": f"Bearer {carol}", "traceparent": parent.replace("00f0", "aaf0")},
+            data=json.dumps([{"namespace": NS, "data": {"Nat": 2}}])) as r:
+        (refused,) = await r.json()
+        assert "Unauthorized" in refused["Err"]
+    await eventually(lambda: failing.pushes)
+    await eventually(lambda: len(collector.named(f"push {NS}")) == 2 and len(collector.named(f"receive {NS}")) == 2)
+    first, second = sorted(collector.named(f"push {NS}"), key=lambda s: s.start_time_unix_nano)
+    assert first.status.code == first.status.STATUS_CODE_ERROR and first.status.message == "http_503"
+    assert attrs(first)["tidings.push.outcome"] == "error_answer" and attrs(first)["error.type"] == "http_503"
+    assert second.status.code != second.status.STATUS_CODE_ERROR and attrs(second)["tidings.push.outcome"] == "ack"
+    assert failing.pushes[0][0]["traceparent"].split("-")[2] == second.span_id.hex()
+    (no,) = [s for s in collector.named(f"receive {NS}") if s.status.code == s.status.STATUS_CODE_ERROR]
+    assert attrs(no)["error.type"] == "Unauthorized" and "messaging.message.id" not in attrs(no)
+    assert [s.parent_span_id for s in collector.named(f"commit {NS}")] == [
+        s.span_id for s in collector.named(f"receive {NS}") if s is not no]

@@ -120,9 +120,11 @@ class Tracing:
             ))
         return PublishSpans(self, spans) if spans else None
 
-    def push(self, sub_id: int, namespaces: Sequence[str], headers: Sequence[bytes]) -> PushSpan | None:
-        """Start the span of one push of events (their namespaces and stored headers, in
-        push order) to subscription ``sub_id``; None if none of them has a trace context."""
+    def push(
+        self, sub_id: int, ids: Sequence[int], namespaces: Sequence[str], headers: Sequence[bytes]
+    ) -> PushSpan | None:
+        """Start the span of one push of events (their ids, namespaces and stored headers,
+        in push order) to subscription ``sub_id``; None if none of them has a trace context."""
         contexts = [tracecontext.of_headers(h) for h in headers]
         traced = [(i, c) for i, c in enumerate(contexts) if c is not None]
         if not traced:
@@ -133,6 +135,8 @@ class Tracing:
         attributes["messaging.destination.subscription.name"] = str(sub_id)
         if len(headers) > 1:
             attributes["messaging.batch.message_count"] = len(headers)
+        else:
+            attributes["messaging.message.id"] = str(ids[0])
         links = [self._trace.Link(self._trace.get_current_span(self._remote(c)).get_span_context())
                  for _, c in traced[1:]]
         span = self._tracer.start_span(f"push {ns}", context=self._remote(context), kind=self._trace.SpanKind.CLIENT,

@@ -94,7 +94,9 @@ class Push:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
         if self._tracing is None:
             return await self._post(sub, batch, conf, None)
-        span = self._tracing.push(sub.id, [n.event.namespace for n in batch], [n.event.headers for n in batch])
+        events = [n.event for n in batch]
+        span = self._tracing.push(sub.id, [e.id for e in events], [e.namespace for e in events],
+                                  [e.headers for e in events])
         if span is None:
             return await self._post(sub, batch, conf, None)
         try:
