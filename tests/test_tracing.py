@@ -15,17 +15,24 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import SpanKind
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from tidings import tracing
+from tidings.core.ingest import Prepared
+from tidings.core.wire import err, ok
 
 from .conftest import ServerProcess, admin_api, eventually, read_body, respond
 
@@ -169,6 +176,8 @@ _PROBE = """
 import sys
 {block}
 from tidings import tracing
+from tidings.core.ingest import Prepared
+from tidings.core.wire import err, ok
 assert tracing.start("auto", {{}}) is None
 assert tracing.start("off", {{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}}) is None
 assert tracing.start("otlp", {{"OTEL_SDK_DISABLED": "true"}}) is None
@@ -258,3 +267,53 @@ async def test_a_failed_push_and_a_refused_event_have_error_spans(
     assert attrs(no)["error.type"] == "Unauthorized" and "messaging.message.id" not in attrs(no)
     assert [s.parent_span_id for s in collector.named(f"commit {NS}")] == [
         s.span_id for s in collector.named(f"receive {NS}") if s is not no]
+
+
+_row = st.tuples(st.booleans(), st.booleans(), st.booleans())  # traced, accepted, answered Ok
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_row, max_size=8), st.sampled_from([None, "store_error"]))
+def test_every_span_of_a_publish_ends_under_the_right_parent(rows: list[tuple[bool, bool, bool]],
+                                                             failure: str | None) -> None:
+    """Whatever mix of traced, accepted and refused events a publish holds, and whether its
+    commit fails: each traced event has one receive span under its publisher's, a commit
+    (and, when stored, a route) span under that, all ended; an event not answered Ok is
+    in error; untraced events have none."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    t = tracing.Tracing(provider)
+    parents = [f"00-{i + 1:032x}-{i + 1:016x}-01" for i in range(len(rows))]
+    prepared = [
+        Prepared(i, NS, b"1", msgspec.json.encode([["traceparent", {"Text": parents[i]}]] if traced else []))
+        for i, (traced, _, _) in enumerate(rows)
+    ]
+    spans = t.receive(prepared)
+    traced = [i for i, r in enumerate(rows) if r[0]]
+    if not traced:
+        assert spans is None
+        return
+    assert spans is not None
+    accepted = [i for i, r in enumerate(rows) if r[1]]
+    spans.commit(accepted)
+    if failure is None:
+        spans.committed(accepted, [100 + i for i in accepted])
+        spans.route(accepted)
+    else:
+        spans.committed(accepted, None, failure)
+    results = [ok([100 + i]) if r[1] and r[2] and failure is None else err("Busy", "x") for i, r in enumerate(rows)]
+    spans.end(results)
+    done = exporter.get_finished_spans()
+    receive = {s.parent.span_id: s for s in done if s.name.startswith("receive")}
+    assert sorted(receive) == [i + 1 for i in traced]  # each under its publisher's span
+    for i in traced:
+        r = receive[i + 1]
+        assert r.context.trace_id == i + 1
+        assert (r.status.status_code is StatusCode.ERROR) == (results[i].Ok is msgspec.UNSET)
+        under = r.context.span_id
+        children = sorted(s.name.split()[0] for s in done if s.parent is not None and s.parent.span_id == under)
+        expected = [] if i not in accepted else ["commit"] if failure else ["commit", "route"]
+        assert children == expected
+    assert all(s.end_time is not None for s in done)
+    assert len(done) == len(receive) + sum(1 for i in traced if i in accepted) * (1 if failure else 2)
