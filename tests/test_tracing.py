@@ -10,6 +10,7 @@ import gzip
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,7 @@ async def test_one_trace_runs_from_the_publisher_through_tidings_to_the_subscrib
 
 _PROBE = """
 import sys
+import time
 {block}
 from tidings import tracing
 from tidings.core.ingest import Prepared
@@ -317,3 +319,29 @@ def test_every_span_of_a_publish_ends_under_the_right_parent(rows: list[tuple[bo
         assert children == expected
     assert all(s.end_time is not None for s in done)
     assert len(done) == len(receive) + sum(1 for i in traced if i in accepted) * (1 if failure else 2)
+
+
+@pytest.mark.e2e
+async def test_a_collector_that_is_down_does_not_hold_a_stop_up(tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    """Spans left to export at SIGTERM get ``tracing.CLOSE_S``; the exporter retrying a
+    dead collector (for up to 30 s here) does not keep the process from exiting 0."""
+    from .conftest import free_port
+
+    server = ServerProcess(tmp_path / "server", env={
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}", "OTEL_BSP_SCHEDULE_DELAY": "600000",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "30",
+    })
+    server.data_dir.mkdir()
+    server.start(new_port_if_taken=True)
+    try:
+        await admin_api(http, server, "icrc72_register_publication", [{"namespace": NS}])
+        async with http.post(f"{server.url}/v1/icrc72_publish", headers={
+                "authorization": f"Bearer {server.admin_token}",
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                data=json.dumps([{"namespace": NS, "data": {"Nat": 1}}])) as r:
+            assert r.status == 200
+    finally:
+        started = time.monotonic()
+        server.stop()
+    assert server.exit_code == 0
+    assert time.monotonic() - started < 2 * tracing.CLOSE_S + 4

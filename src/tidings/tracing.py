@@ -32,6 +32,7 @@ its own (a publish of a hundred thousand events a second would otherwise make as
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -53,6 +54,8 @@ configured (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPO
 refuses to start without the extra; ``off`` never traces."""
 
 SYSTEM: Final = "tidings"
+CLOSE_S: Final = 2.0
+"""How long a stop waits for the spans still buffered to be exported."""
 _ENDPOINTS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
@@ -147,9 +150,13 @@ class Tracing:
             carrier[tracecontext.TRACESTATE] = context.tracestate
         return PushSpan(self, span, carrier)
 
-    def close(self) -> None:
-        """Export what is buffered and stop (the broker's stop)."""
-        self._provider.shutdown()
+    def close(self, timeout_s: float = CLOSE_S) -> None:
+        """Export what is buffered and stop (the broker's stop), waiting at most
+        ``timeout_s``: the SDK's own shutdown waits up to 30 s, and longer while the
+        exporter retries a collector that is down; a stop must not."""
+        done = threading.Thread(target=self._provider.shutdown, name="tidings-tracing-close", daemon=True)
+        done.start()
+        done.join(timeout_s)
 
 
 class PublishSpans:
