@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 import time
@@ -345,3 +346,16 @@ async def test_a_collector_that_is_down_does_not_hold_a_stop_up(tmp_path: Path, 
         server.stop()
     assert server.exit_code == 0
     assert time.monotonic() - started < 2 * tracing.CLOSE_S + 4
+
+
+def test_serve_refuses_otlp_without_the_extra_in_one_line(tmp_path: Path) -> None:
+    """The extra's absence, made real for the process by blocking its import at start."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text('import sys\nsys.modules["opentelemetry"] = None\n')
+    env = {**os.environ, "PYTHONPATH": str(block), "TIDINGS_TRACING": "otlp"}
+    done = subprocess.run([sys.executable, "-m", "tidings", "serve", "--port", "0", "--data-dir", str(tmp_path / "d")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2
+    assert "TIDINGS_TRACING=otlp needs the otel extra: pip install 'tidings[otel]'" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
