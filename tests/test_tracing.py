@@ -280,9 +280,10 @@ _row = st.tuples(st.booleans(), st.booleans(), st.booleans())  # traced, accepte
 def test_every_span_of_a_publish_ends_under_the_right_parent(rows: list[tuple[bool, bool, bool]],
                                                              failure: str | None) -> None:
     """Whatever mix of traced, accepted and refused events a publish holds, and whether its
-    commit fails: each traced event has one receive span under its publisher's, a commit
-    (and, when stored, a route) span under that, all ended; an event not answered Ok is
-    in error; untraced events have none."""
+    commit fails: each traced event has one receive span under its publisher's, in error
+    unless answered Ok; the append has one commit span (and, when it stored them, one route
+    span) under the first traced accepted event's receive span, linked to the other traced
+    accepted ones'; every span ends; untraced events have none."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -314,12 +315,17 @@ def test_every_span_of_a_publish_ends_under_the_right_parent(rows: list[tuple[bo
         r = receive[i + 1]
         assert r.context.trace_id == i + 1
         assert (r.status.status_code is StatusCode.ERROR) == (results[i].Ok is msgspec.UNSET)
-        under = r.context.span_id
-        children = sorted(s.name.split()[0] for s in done if s.parent is not None and s.parent.span_id == under)
-        expected = [] if i not in accepted else ["commit"] if failure else ["commit", "route"]
-        assert children == expected
+        stored = i in accepted and failure is None
+        assert r.attributes.get("messaging.message.id") == (str(100 + i) if stored else None)
+    ours = [i for i in traced if i in accepted]
+    rest = [s for s in done if not s.name.startswith("receive")]
+    assert sorted(s.name.split()[0] for s in rest) == ([] if not ours else ["commit"] if failure else
+                                                       ["commit", "route"])
+    for s in rest:
+        assert s.parent.span_id == receive[ours[0] + 1].context.span_id
+        assert [link.context.span_id for link in s.links] == [receive[i + 1].context.span_id for i in ours[1:]]
+        assert (s.status.status_code is StatusCode.ERROR) == (s.name.startswith("commit") and failure is not None)
     assert all(s.end_time is not None for s in done)
-    assert len(done) == len(receive) + sum(1 for i in traced if i in accepted) * (1 if failure else 2)
 
 
 @pytest.mark.e2e

@@ -17,10 +17,12 @@ came with (its ``traceparent``/``tracestate`` headers, ``core.tracecontext``):
 
 * ``receive <namespace>`` (CONSUMER), child of the publisher's span: the broker taking the
   event (rights, schema, back-pressure, the append);
-* ``commit <namespace>`` (PRODUCER, operation type ``create``), child of receive: the
-  durable append that gives the event its id;
-* ``route <namespace>`` (INTERNAL), child of receive: the hand-off of the stored event to
-  delivery (the in-memory tail, the namespace's subscription workers woken);
+* ``commit <namespace>`` (PRODUCER, operation type ``create``): the durable append that
+  gives the request's events their ids, one span for all of them (one commit), as the
+  conventions do a batch: the child of the first traced event's receive span, linked to
+  the others';
+* ``route <namespace>`` (INTERNAL), the same way: the hand-off of the stored events to
+  delivery (the in-memory tail, the namespaces' subscription workers woken);
 * ``push <namespace>`` (CLIENT, operation type ``send``), child of the publisher's span of
   the first traced event of the batch and linked to the others': one push to a
   subscriber; its own context is the ``traceparent`` an HTTP endpoint receives.
@@ -167,21 +169,27 @@ class PublishSpans:
         self._receive = receive
         self._open: list[Span] = []
 
-    def _children(self, operation: str, kind: Any, only: Sequence[int], op_type: str | None) -> None:
+    def _open_one(self, operation: str, kind: Any, accepted: Sequence[int], op_type: str | None) -> None:
+        """One span for the request's accepted rows (an append is one commit for all): the
+        child of the first traced one's receive span, linked to the other traced ones'."""
         t = self._t
-        for i in only:
-            got = self._receive.get(i)
-            if got is not None:
-                ns, parent = got
-                self._open.append(t._tracer.start_span(
-                    f"{operation} {ns}", context=t._trace.set_span_in_context(parent), kind=kind,
-                    attributes=_attributes(operation, op_type, ns),
-                ))
+        traced = [self._receive[i] for i in accepted if i in self._receive]
+        if not traced:
+            return
+        ns, parent = traced[0]
+        attributes = _attributes(operation, op_type, ns)
+        if len(accepted) > 1:
+            attributes["messaging.batch.message_count"] = len(accepted)
+        links = [t._trace.Link(span.get_span_context()) for _, span in traced[1:]]
+        self._open.append(t._tracer.start_span(
+            f"{operation} {ns}", context=t._trace.set_span_in_context(parent), kind=kind, attributes=attributes,
+            links=links,
+        ))
 
-    def _close_open(self, error: str | None, ids: Sequence[int] | None = None) -> None:
-        for j, span in enumerate(self._open):
-            if ids is not None:
-                span.set_attribute("messaging.message.id", str(ids[j]))
+    def _close_open(self, error: str | None, message_id: int | None = None) -> None:
+        for span in self._open:
+            if message_id is not None:
+                span.set_attribute("messaging.message.id", str(message_id))
             if error is not None:
                 _failed(self._t, span, error)
             span.end()
@@ -189,22 +197,22 @@ class PublishSpans:
 
     def commit(self, accepted: Sequence[int]) -> None:
         """The append of the rows at these positions begins."""
-        self._children("commit", self._t._trace.SpanKind.PRODUCER, accepted, "create")
+        self._open_one("commit", self._t._trace.SpanKind.PRODUCER, accepted, "create")
 
     def committed(self, accepted: Sequence[int], ids: Sequence[int] | None, error: str | None = None) -> None:
         """The append ended: the ids the rows at ``accepted`` got, or why it failed."""
-        traced = [i for i in accepted if i in self._receive]
-        if ids is not None:
-            by_position = dict(zip(accepted, ids, strict=True))
-            for i in traced:
-                self._receive[i][1].set_attribute("messaging.message.id", str(by_position[i]))
-            self._close_open(error, [by_position[i] for i in traced])
-        else:
+        if ids is None:
             self._close_open(error)
+            return
+        for i, event_id in zip(accepted, ids, strict=True):
+            got = self._receive.get(i)
+            if got is not None:
+                got[1].set_attribute("messaging.message.id", str(event_id))
+        self._close_open(error, ids[0] if len(ids) == 1 else None)
 
     def route(self, accepted: Sequence[int]) -> None:
         """The hand-off of the stored rows to delivery begins."""
-        self._children("route", self._t._trace.SpanKind.INTERNAL, accepted, None)
+        self._open_one("route", self._t._trace.SpanKind.INTERNAL, accepted, None)
 
     def end(self, results: Sequence[Any] | None) -> None:
         """End every span; a row answered ``Err`` (or all, without ``results``: the publish
