@@ -365,3 +365,21 @@ def test_serve_refuses_otlp_without_the_extra_in_one_line(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert "TIDINGS_TRACING=otlp needs the otel extra: pip install 'tidings[otel]'" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_push_of_many_traces_is_under_the_first_and_links_at_most_128() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    t = tracing.Tracing(provider)
+    n = 300
+    headers = [msgspec.json.encode([["traceparent", {"Text": f"00-{i + 1:032x}-{i + 1:016x}-01"}]]) for i in range(n)]
+    push = t.push(7, list(range(1, n + 2)), [NS] * (n + 1), [b"[]", *headers])  # the first untraced
+    assert push is not None
+    assert push.headers["traceparent"].startswith(f"00-{1:032x}-")
+    push.end("ack", "ok")
+    (span,) = exporter.get_finished_spans()
+    assert span.parent is not None and (span.parent.trace_id, span.parent.span_id) == (1, 1)
+    assert [link.context.span_id for link in span.links] == list(range(2, 2 + tracing.LINKS_MAX))
+    assert span.attributes["messaging.batch.message_count"] == n + 1
+    assert t.push(7, [1], [NS], [b"[]"]) is None

@@ -56,6 +56,9 @@ configured (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPO
 refuses to start without the extra; ``off`` never traces."""
 
 SYSTEM: Final = "tidings"
+LINKS_MAX: Final = 128
+"""Most links a span gets (the SDK's default limit, OTEL_SPAN_LINK_COUNT_LIMIT): a request
+may hold 10,000 traced events, each of another trace."""
 CLOSE_S: Final = 2.0
 """How long a stop waits for the spans still buffered to be exported."""
 _ENDPOINTS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -143,7 +146,7 @@ class Tracing:
         else:
             attributes["messaging.message.id"] = str(ids[0])
         links = [self._trace.Link(self._trace.get_current_span(self._remote(c)).get_span_context())
-                 for _, c in traced[1:]]
+                 for _, c in traced[1:LINKS_MAX + 1]]
         span = self._tracer.start_span(f"push {ns}", context=self._remote(context), kind=self._trace.SpanKind.CLIENT,
                                        attributes=attributes, links=links)
         carrier: dict[str, str] = {}
@@ -180,7 +183,7 @@ class PublishSpans:
         attributes = _attributes(operation, op_type, ns)
         if len(accepted) > 1:
             attributes["messaging.batch.message_count"] = len(accepted)
-        links = [t._trace.Link(span.get_span_context()) for _, span in traced[1:]]
+        links = [t._trace.Link(span.get_span_context()) for _, span in traced[1:LINKS_MAX + 1]]
         self._open.append(t._tracer.start_span(
             f"{operation} {ns}", context=t._trace.set_span_in_context(parent), kind=kind, attributes=attributes,
             links=links,
