@@ -383,3 +383,22 @@ def test_a_push_of_many_traces_is_under_the_first_and_links_at_most_128() -> Non
     assert [link.context.span_id for link in span.links] == list(range(2, 2 + tracing.LINKS_MAX))
     assert span.attributes["messaging.batch.message_count"] == n + 1
     assert t.push(7, [1], [NS], [b"[]"]) is None
+
+
+@pytest.mark.parametrize(("env", "name"), [
+    ({}, "tidings"), ({"OTEL_SERVICE_NAME": "orders-bus"}, "orders-bus"),
+    ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attributes,deployment.environment=prod"}, "from-attributes"),
+])
+def test_the_service_name_is_tidings_unless_the_otel_environment_names_one(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], name: str
+) -> None:
+    for k in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    t = tracing.start("otlp", {})
+    assert t is not None
+    try:
+        assert t._provider.resource.attributes["service.name"] == name
+    finally:
+        t.close()

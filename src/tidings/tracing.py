@@ -93,7 +93,9 @@ def start(mode: str, env: Mapping[str, str] | None = None) -> Tracing | None:
     # The OTEL_* environment configures the rest as for any OpenTelemetry SDK: the
     # exporter's endpoint, headers and timeout, the batch processor, the sampler, and
     # the resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES).
-    resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or "tidings"})
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "unknown_service")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "tidings"}))  # neither OTEL_* named it
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return Tracing(provider)
