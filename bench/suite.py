@@ -475,6 +475,12 @@ async def cluster(s: Settings) -> list[Row]:
     return await scenario(s)
 
 
+async def tracing(s: Settings) -> list[Row]:
+    from bench.tracing_cost import tracing as rows  # tracing off vs. the otel extra installed, unconfigured
+
+    return await rows(s)
+
+
 SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "publish-1": publish_1,
     "publish-100": publish_100,
@@ -490,4 +496,5 @@ SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "filter-cost": filter_cost,
     "pipeline": pipeline,
     "cluster": cluster,
+    "tracing": tracing,
 }

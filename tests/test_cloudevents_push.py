@@ -185,7 +185,8 @@ async def test_several_in_one_push_are_batched(h: Harness) -> None:
     await h.publish_ce({"content-type": "application/cloudevents-batch+json"}, json.dumps([
         {"specversion": "1.0", "id": f"b{i}", "source": "/s", "type": "t", "data": {"i": i}} for i in range(2)
     ]).encode())
-    await h.api("icrc72_publish", [{"namespace": h.ns, "data": {"Nat": 5}}])
+    await h.api("icrc72_publish", [{"namespace": h.ns, "data": {"Nat": 5},
+                                    "headers": [["traceparent", {"Text": TRACEPARENT}]]}])
     await asyncio.sleep(0.3)
     rx.hold.set()
     await eventually(lambda: len(rx.pushes) == 2)
@@ -198,6 +199,9 @@ async def test_several_in_one_push_are_batched(h: Harness) -> None:
     assert [(e["id"], e.get("data")) for e in items] == [("b0", {"i": 0}), ("b1", {"i": 1}), (items[2]["id"], 5)]
     assert items[2]["source"] == f"tidings:{h.ns}"
     assert len({e["tidingsnotification"] for e in items}) == 3
+    # The first traced event's context is the push's HTTP header; each keeps its own.
+    assert batch.headers["traceparent"] == TRACEPARENT and "traceparent" not in items[0]
+    assert items[2]["traceparent"] == TRACEPARENT
 
 
 async def test_subscriptions_that_do_not_ask_get_todays_body(h: Harness) -> None:

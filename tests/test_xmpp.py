@@ -421,3 +421,38 @@ async def test_a_component_with_a_wrong_secret_says_so_once_and_backs_off(
     assert "TIDINGS_XMPP_SECRET" in told[0] and prosody.secret not in log
     tries = (prosody.dir / "prosody.log").read_text().count("Component authentication failed")
     assert 2 <= tries <= 6, tries  # 1, 2, 4 s apart (jittered down to half); was 16 in 8 s
+
+
+async def test_the_events_trace_context_reaches_ens_and_pubsub_subscribers(
+    clients: Any, xserver: ServerProcess, http: aiohttp.ClientSession
+) -> None:
+    """An ENS notification carries it as attributes of ``<publish>``, a pubsub one as
+    XEP-0131 headers of its ``<message>``; an event without one (or with a malformed one)
+    carries neither (docs/xmpp.md, "Trace context")."""
+    ns = "com.example.traced"
+    parent, state = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "v=1"
+    await admin_api(http, xserver, "icrc72_register_publication", [{"namespace": ns}])
+    bob, carol = await clients("bob"), await clients("carol")
+    carol.register_plugin("xep_0060")
+    await online(bob)
+    await bob.request(f"<subscribe xmlns='{ENS}' jid='{COMPONENT}/{ns}'/>")
+    await carol.plugin["xep_0060"].subscribe(COMPONENT, ns, timeout=10)
+    async with http.post(f"{xserver.url}/v1/icrc72_publish", data=json.dumps([
+        {"namespace": ns, "data": {"Nat": 1}},
+        {"namespace": ns, "data": {"Nat": 2}, "headers": [["traceparent", {"Text": "00-bad\r\nx: y"}]]},
+    ]), headers={"authorization": f"Bearer {xserver.admin_token}", "traceparent": parent,
+                 "tracestate": state}) as r:
+        assert r.status == 200, await r.text()
+    await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Nat": 3}}])
+    await eventually(lambda: len(bob.ens_log) >= 3 and len(carol.item_messages) >= 3, timeout=10)
+    notification = "{urn:tidings:notification}"
+    attrs = {int(a[f"{notification}eventId"]): a for _, _, a in bob.ens_log}
+    assert attrs[1][f"{notification}traceparent"] == parent and attrs[1][f"{notification}tracestate"] == state
+    assert f"{notification}traceparent" not in attrs[2] and f"{notification}traceparent" not in attrs[3]
+    shim = "{http://jabber.org/protocol/shim}"
+    headers = {}
+    for m in carol.item_messages:
+        item = m.find(".//{http://jabber.org/protocol/pubsub#event}item")
+        assert item is not None
+        headers[int(item.get("id", ""))] = {h.get("name"): h.text for h in m.findall(f"{shim}headers/{shim}header")}
+    assert headers == {1: {"traceparent": parent, "tracestate": state}, 2: {}, 3: {}}

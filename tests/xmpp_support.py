@@ -116,6 +116,7 @@ class Client(slixmpp.ClientXMPP):
         self.ens: list[tuple[str, list[ET.Element]]] = []
         self.ens_at: list[int] = []  # perf_counter_ns when each of ``ens`` arrived
         self.items: list[tuple[str, str, list[ET.Element]]] = []
+        self.item_messages: list[ET.Element] = []  # the whole <message> of each pubsub notification
         self.authorise_requests: list[tuple[str, str | None]] = []
         self.ens_answer = "result"  # or an error condition, or "none" (never answer)
         self.refuse_once: dict[str, str] = {}  # payload text -> the error condition its first push gets
@@ -201,6 +202,7 @@ class Client(slixmpp.ClientXMPP):
         event = msg.xml.find(f"{{{PUBSUB_EVENT}}}event")
         if event is None:
             return
+        self.item_messages.append(msg.xml)
         for items in event.findall(f"{{{PUBSUB_EVENT}}}items"):
             for item in items.findall(f"{{{PUBSUB_EVENT}}}item"):
                 self.items.append((items.get("node", ""), item.get("id", ""), list(item)))

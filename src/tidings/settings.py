@@ -211,6 +211,12 @@ class Settings:
     """``text``: lines for people; ``json``: one JSON object per line, with the stable
     fields of ``tidings.logs`` (docs/operations.md, "Logs")."""
 
+    tracing: str = "auto"
+    """OpenTelemetry spans exported over OTLP/HTTP (the ``otel`` extra; docs/operations.md,
+    "Tracing"): ``auto`` when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``)
+    is set, ``otlp`` always (refused at start without the extra), ``off`` never. The
+    ``OTEL_*`` environment configures the exporter, the sampler and the resource."""
+
     xmpp_component: str = ""
     """The XMPP component's domain (e.g. ``tidings.example.org``); empty: no XMPP face
     (docs/xmpp.md). Needs the ``xmpp`` extra."""
@@ -332,6 +338,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
 _CHOICES: dict[str, tuple[str, ...]] = {
     "log_level": ("debug", "info", "warning", "error"),
     "log_format": ("text", "json"),
+    "tracing": ("auto", "otlp", "off"),
 }
 
 def _parse(name: str, typ: Any, raw: str) -> Any:

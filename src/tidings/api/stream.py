@@ -27,6 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..broker import Broker
 from ..broker.broadcaster import check_event
+from ..core import tracecontext
 from ..core.config import SubscriptionConfig
 from ..core.int64 import out_of_range, range_message
 from ..core.long_ints import long_integer, long_message
@@ -112,7 +113,8 @@ class StreamFace:
         if conn is None or conn.closed:
             return Outcome.NO_ANSWER, None, "not_connected", None
         deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self.settings.push_timeout_s
-        return await conn.push(sub, self.broker.delivery.notifications(batch, conf), deadline)
+        context = tracecontext.first_of(n.event.headers for n in batch)
+        return await conn.push(sub, self.broker.delivery.notifications(batch, conf), deadline, context)
 
 
 def error_response(status: int, code: str, message: str) -> Response:
@@ -323,13 +325,19 @@ class _Connection:
 
     # -- pushing --------------------------------------------------------------------------
 
-    async def push(self, sub: SubscriptionRecord, notifications: bytes, deadline: float) -> PushAnswer:
+    async def push(
+        self, sub: SubscriptionRecord, notifications: bytes, deadline: float,
+        context: tracecontext.TraceContext | None = None,
+    ) -> PushAnswer:
         self.push_seq += 1
         n = self.push_seq
         fut: asyncio.Future[Ack | Nack] = asyncio.get_running_loop().create_future()
         self.pushes[n] = fut
-        frame = b'{"op":"push","push":%d,"subscription":%d,"mode":"%s","notifications":%s}' % (
-            n, sub.id, sub.mode.encode(), notifications
+        trace = b""
+        if context is not None:  # the first traced notification's, as an HTTP push's header
+            trace = b"".join(b',"%b":%b' % (k.encode(), _encode(v)) for k, v in context.pairs().items())
+        frame = b'{"op":"push","push":%d,"subscription":%d,"mode":"%s"%b,"notifications":%s}' % (
+            n, sub.id, sub.mode.encode(), trace, notifications
         )
         try:
             if not await self._send_raw(frame):

@@ -18,6 +18,7 @@ from ..core.ingest import ERR_RESERVED_HEADER
 from ..core.wire import Event, GenericError, ItemResult, err, ok
 from ..errors import BadRequest, StoreError, StoreUnavailable, Unavailable
 from ..store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
+from ..tracing import PublishSpans, Tracing
 from .forwarding import Forwarding
 from .orchestrator import Orchestrator
 
@@ -61,6 +62,7 @@ class Broadcaster:
         schemas: SchemaCheck | None = None,
         forwarding: Forwarding | None = None,
         clock: Callable[[], int] = time.time_ns,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
         self._orch = orchestrator
@@ -72,6 +74,7 @@ class Broadcaster:
         self._pending = 0
         self.schemas = schemas
         self._forwarding = forwarding
+        self._tracing = tracing
 
     def _bindings(self, namespaces: set[str], now: int) -> dict[str, Any]:
         """The schema binding of each namespace in the batch that has one."""
@@ -166,6 +169,28 @@ class Broadcaster:
         decoded: Sequence[Any] | None,
         relay_token: str | None = None,
     ) -> list[ItemResult | None]:
+        spans = self._tracing.receive(rows) if self._tracing is not None else None
+        if spans is None:
+            return await self._store_here(caller, n, rows, refused, now, warnings, decoded, relay_token, None)
+        results = None
+        try:
+            results = await self._store_here(caller, n, rows, refused, now, warnings, decoded, relay_token, spans)
+            return results
+        finally:
+            spans.end(results)
+
+    async def _store_here(
+        self,
+        caller: PrincipalRecord,
+        n: int,
+        rows: Sequence[ingest.Prepared],
+        refused: dict[int, tuple[str, ItemResult]],
+        now: int,
+        warnings: list[str] | None,
+        decoded: Sequence[Any] | None,
+        relay_token: str | None,
+        spans: PublishSpans | None,
+    ) -> list[ItemResult | None]:
         namespaces = {r.namespace for r in rows}
         namespaces.update(ns for ns, _ in refused.values())
         await self._orch.known(namespaces)
@@ -215,6 +240,9 @@ class Broadcaster:
         stats.append(Stat("publisher", caller.name, "icrc72:publisher:stats:events", len(accepted)))
         stats.append(Stat("broadcaster", self._id, "icrc72:broadcaster:stats:events", len(accepted)))
         self._pending += len(accepted)
+        positions = [i for i, _ in accepted] if spans is not None else ()
+        if spans is not None:
+            spans.commit(positions)
         try:
             new = [ne for _, ne in accepted]
             if relay_token is not None and self._forwarding is not None:
@@ -222,14 +250,21 @@ class Broadcaster:
             else:
                 stored = await self._store.append(new, stats)
         except StoreUnavailable as x:
+            if spans is not None:
+                spans.committed(positions, None, "store_unavailable")
             # Retryable as a whole: the publisher tries again shortly (503, Retry-After).
             raise Unavailable(f"the events were not stored, the store is unavailable: {x}") from x
         except StoreError as x:
+            if spans is not None:
+                spans.committed(positions, None, "store_error")
             for i, _ in accepted:
                 results[i] = err("GenericBatchError", f"the events were not stored: {x}")
             return results
         finally:
             self._pending -= len(accepted)
+        if spans is not None:
+            spans.committed(positions, [e.id for e in stored])
+            spans.route(positions)
         self._on_appended(stored)
         for (i, _), s in zip(accepted, stored, strict=True):
             results[i] = ok([s.id])

@@ -49,6 +49,7 @@ from ..store import (
     StoredEvent,
     SubscriptionRecord,
 )
+from ..tracing import Tracing
 from . import confirmation
 from .accounting import event_stats
 from .direct import NoteIds
@@ -86,6 +87,7 @@ class Delivery:
         signer: Callable[[int, str, bytes], dict[str, str]] | None = None,
         owns: Callable[[int], bool] | None = None,
         leases: Leases | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
         self._owns = owns
@@ -105,7 +107,7 @@ class Delivery:
         self.metrics = metrics or Metrics()
         # The clock is looked up on this object at each push: tests put their own in.
         self._push = Push(settings, tail, outbound, signer=signer, leases=leases, fence_of=self.fence_of,
-                          now_ns=lambda: self.now_ns())
+                          now_ns=lambda: self.now_ns(), tracing=tracing)
         self.post = self._push.post
         """One push (``push.Push.post``)."""
         self.notifications = self._push.notifications

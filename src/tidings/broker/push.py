@@ -15,12 +15,14 @@ from typing import Protocol
 
 import msgspec
 
+from ..core import tracecontext
 from ..core.config import SubscriptionConfig
 from ..core.retry import Outcome, classify, retry_after_seconds
 from ..core.undecodable import UNDECODABLE
 from ..outbound import Outbound
 from ..settings import Settings
 from ..store import Fence, SubscriptionRecord
+from ..tracing import Tracing
 from .push_body import PushBodies, cloudevents_push
 from .redelivery import Note
 from .tail import Tail
@@ -56,6 +58,7 @@ class Push:
         self, settings: Settings, tail: Tail, outbound: Outbound, *,
         signer: Callable[[int, str, bytes], dict[str, str]] | None,
         leases: Leases | None, fence_of: Callable[[int], Fence | None], now_ns: Callable[[], int] = time.time_ns,
+        tracing: Tracing | None = None,
     ) -> None:
         self._settings = settings
         self._tail = tail
@@ -67,6 +70,7 @@ class Push:
         self._fence_of = fence_of
         self._now_ns = now_ns
         self._bodies = PushBodies()
+        self._tracing = tracing
         self.transports: dict[str, Transport] = {}
         """Pushes to endpoints of another scheme than http(s), by scheme (``xmpp``)."""
 
@@ -88,6 +92,24 @@ class Push:
         self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig
     ) -> tuple[Outcome, object, str, float | None]:
         """One push: its outcome, the decoded answer, a reason for logs, a Retry-After."""
+        if self._tracing is None:
+            return await self._post(sub, batch, conf, None)
+        events = [n.event for n in batch]
+        span = self._tracing.push(sub.id, [e.id for e in events], [e.namespace for e in events],
+                                  [e.headers for e in events])
+        if span is None:
+            return await self._post(sub, batch, conf, None)
+        try:
+            pushed = await self._post(sub, batch, conf, span.headers)
+        except BaseException as e:
+            span.end("error", type(e).__name__)
+            raise
+        span.end(pushed[0].value, pushed[2])
+        return pushed
+
+    async def _post(
+        self, sub: SubscriptionRecord, batch: Sequence[Note], conf: SubscriptionConfig, trace: dict[str, str] | None
+    ) -> tuple[Outcome, object, str, float | None]:
         if sub.endpoint is None:
             return Outcome.NO_ANSWER, None, "the subscription has no endpoint", None
         scheme, colon, _ = sub.endpoint.partition(":")
@@ -99,6 +121,14 @@ class Push:
             body, headers = cloudevents_push(batch, conf.cloudevents)
         else:
             body, headers = self.notifications(batch, conf), {"content-type": "application/json"}
+        if trace is not None:  # the push span's own context: the receiver's spans are its children
+            headers.update(trace)
+        elif tracecontext.TRACEPARENT not in headers:
+            # The HTTP header carries the first traced event's context (for the receiver's
+            # HTTP tracing); each notification's headers keep its own (docs/wire-format.md).
+            context = tracecontext.first_of(n.event.headers for n in batch)
+            if context is not None:
+                headers.update(context.pairs())
         headers["x-tidings-subscription"] = str(sub.id)
         headers["x-tidings-mode"] = sub.mode
         fence = self._fence_of(sub.id) if self._leases is not None else None

@@ -26,6 +26,8 @@ from ..outbound import Outbound
 from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
 from ..store import ClusterStore, PrincipalRecord, Store, StoredEvent
+from ..tracing import TracingUnavailable
+from ..tracing import start as start_tracing
 from .auth import Authenticator
 from .authorization import Authorizer
 from .broadcaster import Broadcaster
@@ -76,9 +78,14 @@ class Broker:
         self.signing = Signing(store, self.registry, settings)
         self.tail = Tail(0, settings.tail_capacity)
         self.metrics = Metrics()
+        try:
+            self.tracing = start_tracing(settings.tracing)
+            """OpenTelemetry spans (docs/operations.md, "Tracing"); None when off: then free."""
+        except TracingUnavailable as e:
+            raise ConfigError(str(e)) from None
         self.delivery = Delivery(
             store, self.tail, settings, self.registry, on_gone=self._subscription_gone, metrics=self.metrics,
-            outbound=self.outbound, signer=self.signing.sign, owns=owns,
+            outbound=self.outbound, signer=self.signing.sign, owns=owns, tracing=self.tracing,
             leases=self.membership if shared else None,
         )
         # With others, each change made here is also sent to them as a command on the log.
@@ -112,6 +119,7 @@ class Broker:
             on_appended=self._appended,
             schemas=self.binder,
             forwarding=self.forwarding,
+            tracing=self.tracing,
         )
         self.retention = Retention(store, self.schemas, self.binder, self.orchestrator)
         self._runner: asyncio.Task[None] | None = None
@@ -236,6 +244,8 @@ class Broker:
             await self.forwarding.close()
         await self.store.close()
         await self.outbound.__aexit__(None, None, None)
+        if self.tracing is not None:  # the spans still buffered go out now
+            await asyncio.to_thread(self.tracing.close)
 
     async def ensure_admin(self, token_file: Path) -> str | None:
         """Create the first admin principal if there is none; its token goes to ``token_file``."""

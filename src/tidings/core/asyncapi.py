@@ -115,6 +115,9 @@ _WEBHOOK_HEADERS: Final = {
                                          "one per secret in force."},
     "x-tidings-subscription": {"type": "string", "description": "The subscription's id."},
     "x-tidings-mode": {"type": "string", "enum": ["trusted", "oneshot"]},
+    "traceparent": {"type": "string", "description": "W3C Trace Context of the first notification's event "
+                                                     "that has one (each notification's headers carry its own)."},
+    "tracestate": {"type": "string", "description": "The tracestate that goes with traceparent, if any."},
 }
 _CE_HEADERS: Final = {
     "ce-specversion": {"type": "string", "const": "1.0"},

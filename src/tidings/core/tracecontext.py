@@ -11,9 +11,15 @@ A receiver ignores a ``traceparent`` it cannot parse, and the ``tracestate`` wit
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Iterable
+from typing import Any, Final
 
-__all__ = ["TRACEPARENT", "TRACESTATE", "TraceContext", "trace_context", "valid_traceparent", "valid_tracestate"]
+import msgspec
+
+__all__ = [
+    "TRACEPARENT", "TRACESTATE", "TraceContext", "first_of", "of_headers", "trace_context", "valid_traceparent",
+    "valid_tracestate",
+]
 
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
@@ -79,6 +85,13 @@ class TraceContext:
     def __repr__(self) -> str:
         return f"TraceContext({self.traceparent!r}, {self.tracestate!r})"
 
+    def pairs(self) -> dict[str, str]:
+        """``traceparent`` (and ``tracestate``, when there is one) by name: as HTTP
+        headers, stream message fields, XMPP header elements or attributes."""
+        if self.tracestate is None:
+            return {TRACEPARENT: self.traceparent}
+        return {TRACEPARENT: self.traceparent, TRACESTATE: self.tracestate}
+
 
 def trace_context(traceparent: str | None, tracestate: str | None) -> TraceContext | None:
     """The trace context to keep from the two values as received: None when the
@@ -89,3 +102,41 @@ def trace_context(traceparent: str | None, tracestate: str | None) -> TraceConte
     if tracestate is not None and not valid_tracestate(tracestate):
         tracestate = None
     return TraceContext(traceparent, tracestate)
+
+
+_decode_pairs = msgspec.json.Decoder(list[Any]).decode
+_MARK: Final = b'"traceparent"'
+
+
+def of_headers(headers: bytes) -> TraceContext | None:
+    """The trace context kept in an event's stored headers (the JSON wire form of its Map
+    pairs): the first ``traceparent`` and ``tracestate`` pairs whose values are Text, as
+    :func:`trace_context` keeps them. Headers a publisher set were never checked, so a
+    malformed one gives None here rather than travelling on.
+
+    Most events have none: a byte search answers for them without decoding anything."""
+    if _MARK not in headers:
+        return None
+    try:
+        pairs = _decode_pairs(headers)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    found: dict[str, str] = {}
+    for pair in pairs:
+        if isinstance(pair, list) and len(pair) == 2 and pair[0] in (TRACEPARENT, TRACESTATE) and pair[0] not in found:
+            value = pair[1]
+            if isinstance(value, dict) and isinstance(value.get("Text"), str) and len(value) == 1:
+                found[pair[0]] = value["Text"]
+    return trace_context(found.get(TRACEPARENT), found.get(TRACESTATE))
+
+
+def first_of(headers: Iterable[bytes]) -> TraceContext | None:
+    """The trace context of the first event, of several pushed together, that has one
+    (``headers``: their stored headers in push order): what a push's own HTTP headers
+    carry, while each notification's headers keep its event's."""
+    for h in headers:
+        if _MARK in h:
+            context = of_headers(h)
+            if context is not None:
+                return context
+    return None

@@ -31,7 +31,7 @@ from slixmpp.xmlstream import StanzaBase
 from slixmpp.xmlstream.handler import CoroutineCallback
 from slixmpp.xmlstream.matcher import StanzaPath
 
-from ..core import ens
+from ..core import ens, tracecontext
 from ..core.addresses import unreachable
 from ..core.config import PublicationConfig, SubscriptionConfig
 from ..core.retry import Backoff, Outcome
@@ -41,7 +41,7 @@ from ..settings import Settings
 from ..store import PrincipalRecord, SubscriptionRecord
 from . import ens_face, pubsub_face
 from .payload import MAX_DEPTH, to_xml, too_deep
-from .stanzas import ENS, NOTIFICATION, StanzaError, code_of
+from .stanzas import ENS, NOTIFICATION, StanzaError, code_of, shim_headers
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -326,8 +326,12 @@ class XmppFace:
         ep = ens.parse_endpoint(sub.endpoint)
         if ep.flavour == "pubsub":
             for n in batch:
-                x.send(pubsub_face.notification(x, ep.jid, n.event.namespace, n.event.id,
-                                                to_xml(_decode(n.event.data))))
+                msg = pubsub_face.notification(x, ep.jid, n.event.namespace, n.event.id,
+                                               to_xml(_decode(n.event.data)))
+                context = tracecontext.of_headers(n.event.headers)
+                if context is not None:  # XEP-0131 headers, as XEP-0060 §12.x puts them in a notification
+                    msg.xml.append(shim_headers(context.pairs()))
+                x.send(msg)
             return Outcome.ACK, None, "sent", None  # XEP-0060 notifications have no answer
         deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self.settings.push_timeout_s
         sends = []
@@ -340,6 +344,11 @@ class XmppFace:
                 f"{{{NOTIFICATION}}}eventId": str(n.event.id),
                 f"{{{NOTIFICATION}}}id": str(n.id),
             })
+            context = tracecontext.of_headers(n.event.headers)
+            if context is not None:
+                # Attributes beside eventId: an iq set holds one child, so no SHIM element.
+                for name, value in context.pairs().items():
+                    el.set(f"{{{NOTIFICATION}}}{name}", value)
             el.extend(to_xml(_decode(n.event.data)))
             sends.append(iq.send(timeout=deadline))
         results = await asyncio.gather(*sends, return_exceptions=True)

@@ -9,7 +9,7 @@ from msgspec import UnsetType
 
 from ..core.wire import ItemResult
 
-__all__ = ["ENS", "NOTIFICATION", "PUBSUB", "StanzaError", "error_of_item"]
+__all__ = ["ENS", "NOTIFICATION", "PUBSUB", "SHIM", "StanzaError", "error_of_item", "shim_headers"]
 
 ENS = "http://xml.cataclysm.cx/jabber/ens/"
 PUBSUB = "http://jabber.org/protocol/pubsub"
@@ -23,6 +23,9 @@ TIDINGS = "urn:tidings:subscription"
 NOTIFICATION = "urn:tidings:notification"
 """The namespace of the attributes an ENS notification's ``<publish>`` carries beside the
 payload (``eventId``, ``id``): what a subscriber needs to drop a repeat (docs/xmpp.md)."""
+SHIM = "http://jabber.org/protocol/shim"
+"""XEP-0131 Stanza Headers: how a pubsub notification message carries its event's W3C
+trace context (``<header name="traceparent">``, docs/xmpp.md)."""
 
 # XEP-0086: the legacy code XEP-0021 speaks in, for each condition, and back.
 _CODES = {
@@ -101,3 +104,11 @@ def error_of_item(result: ItemResult) -> StanzaError:
         if isinstance(text, str):
             return StanzaError(condition, text)
     return StanzaError("undefined-condition")
+
+
+def shim_headers(pairs: dict[str, str]) -> ET.Element:
+    """``<headers xmlns=SHIM>`` holding one ``<header name=...>`` per pair (XEP-0131)."""
+    el = ET.Element(f"{{{SHIM}}}headers")
+    for name, value in pairs.items():
+        ET.SubElement(el, f"{{{SHIM}}}header", {"name": name}).text = value
+    return el
