@@ -229,12 +229,13 @@ _AGAINST = {"latency": "http-latency", "stream-latency": "ws-latency", "publish-
 
 
 def with_floor_ratios(rows: list[Row]) -> None:
-    """Set every tidings latency and one-event figure against the floor of its transport
-    under tidings' own server (``x floor``): 3.0 means three times what HTTP alone costs."""
+    """Set every latency and one-event figure (tidings' and, for scale, the peers') against
+    the floor of tidings' transport for it, under tidings' own server (``x floor``): 3.0
+    means three times what an HTTP round trip alone costs on this host."""
     floors = {r.details.get("floor"): r for r in rows
               if r.scenario == "floor" and r.system == "uvicorn" and r.figures}
     for r in rows:
-        if not r.system.startswith("tidings") or not r.figures:
+        if r.scenario == "floor" or not r.figures:
             continue
         base = floors.get(_AGAINST.get(r.scenario, ""))
         if base is None or r.unit != base.unit:

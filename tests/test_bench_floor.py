@@ -41,7 +41,8 @@ def test_tidings_figures_are_set_against_the_floor_of_their_transport() -> None:
     assert rows[4].details["x_floor"] == {"p50": 4.0, "p99": 4.5, "p99.9": 3.0}  # against uvicorn's, not granian's
     assert rows[6].details["x_floor"] == {"p50": 4.0, "p99": 3.0, "p99.9": 2.0}  # the WebSocket floor
     assert rows[7].details["x_floor"] == {"events/s": 0.25}
-    assert "x_floor" not in rows[5].details and "x_floor" not in rows[8].details
+    assert rows[5].details["x_floor"] == {"p50": 0.6, "p99": 0.3, "p99.9": 0.25}  # a peer's, for scale
+    assert "x_floor" not in rows[8].details and "x_floor" not in rows[0].details
     assert "| 4.00 / 4.50 / 3.00 |" in table(rows)
 
 
