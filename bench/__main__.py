@@ -30,13 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from bench import peers as P
-from bench.suite import SCENARIOS, Row, Settings, log
+from bench.floor import scenario as floor_scenario
+from bench.floor import with_floor_ratios
+from bench.suite import SCENARIOS as _SUITE
+from bench.suite import Row, Settings, log
 from tidings.pipeline._human import fmt_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "bench" / "results" / "latest.json"
 ALIASES = {"publish": ["publish-1", "publish-100"]}
-PACKAGES = ["aiohttp", "uvicorn", "msgspec", "starlette", "nats-py", "redis", "aio-pika", "asyncpg", "psutil"]
+# The floor first: every later latency and one-event figure is also shown against it.
+SCENARIOS = {"floor": floor_scenario, **_SUITE}
+PACKAGES = ["aiohttp", "uvicorn", "granian", "msgspec", "starlette", "nats-py", "redis", "aio-pika", "asyncpg",
+            "psutil"]
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -129,12 +135,12 @@ def _num(v: float) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ["scenario", "system", "figure", "unit", "tidings/peer"]
+    head = ["scenario", "system", "figure", "unit", "tidings/peer", "x floor"]
     lines = []
     for r in rows:
         system = r.system if not r.how else f"{r.system}: {r.how}"
         if r.skipped:
-            lines.append([r.scenario, system, f"skipped: {r.skipped}", r.unit, ""])
+            lines.append([r.scenario, system, f"skipped: {r.skipped}", r.unit, "", ""])
             continue
         keys = list(r.figures)
         fig = " / ".join(_num(r.figures[k]) for k in keys)
@@ -142,7 +148,8 @@ def table(rows: list[Row]) -> str:
         if r.details.get("incomplete"):
             fig += f" ({r.details['delivered']:,}/{r.details['expected']:,} by the deadline)"
         ratio = "—" if r.system == "tidings" else " / ".join(f"{r.ratios[k]:.2f}" for k in keys if k in r.ratios)
-        lines.append([r.scenario, system, fig, unit, ratio])
+        floor = r.details.get("x_floor", {})
+        lines.append([r.scenario, system, fig, unit, ratio, " / ".join(f"{floor[k]:.2f}" for k in keys if k in floor)])
     width = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
     out = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, width, strict=True)) + " |",
            "|" + "|".join("-" * (w + 2) for w in width) + "|"]
@@ -179,6 +186,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             rows.append(Row(name, "tidings", "", "", skipped=f"failed: {type(e).__name__}: {e}"))
         timings[name] = round(time.monotonic() - t0, 1)
     _ratios(rows)
+    with_floor_ratios(rows)
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return {
         "machine": machine,

@@ -154,7 +154,8 @@ async def _replay(srv: Server, events: int) -> tuple[int, str, float]:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", ep.port).start()
     try:
-        r = await rp.replay_once(srv, ep, events, 0.02, "hot log")
+        with rp.LiveSide(ep.live_port, rp.NS_LIVE) as live:
+            r = await rp.replay_once(srv, ep, live, events, 0.02, "hot log")
     finally:
         await runner.cleanup()
     return int(r["events"]), "event", float(r["events_per_s"])

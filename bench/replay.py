@@ -1,14 +1,18 @@
 """Replay throughput (ICRC-77) to one subscriber, from the hot log and from the archive,
-and the latency of live events published while it runs.
+and the latency of live events to another subscription while it runs, beside the same
+live latency with no replay.
 
     .venv/bin/python bench/replay.py [--events 1000000] [--dir /tmp/tidings-bench-replay] [--live-every-ms 20]
 
 Writes a store of ``--events`` events in one namespace (bulk SQL, as bench/archive.py),
 starts ``tidings serve`` on it, subscribes an endpoint in this process (aiohttp; it
 decodes every push with msgspec) and replays the whole range while a publisher sends one
-live event every ``--live-every-ms``. Then stops the server, archives everything into
-Parquet (Spark, ``older_than 0``), starts the server again and replays the same range,
-now read through Spark by the server (its session start is included and also shown).
+live event every ``--live-every-ms`` to another namespace, pushed to another subscription
+(its endpoint and the publisher in a process of their own, ``bench/replay_live.py``).
+Live latency is measured first with no replay (its first 0.5 s not counted). Then stops
+the server, archives everything into Parquet (Spark, ``older_than 0``), starts the
+server again, measures live latency again, and replays the same range, now read through
+Spark by the server (its session start is included and also shown).
 
 Prints events/s of each replay (register to last event received) and the live latency
 (publish call to receipt) p50/p99/max during it. Figures are printed, never asserted.
@@ -35,8 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._harness import Server, free_port
 from bench.archive import generate
+from bench.replay_live import LiveSide
 
 NS = "bench.ns0"
+NS_LIVE = "bench.live"
 
 
 class _Note(msgspec.Struct):
@@ -51,8 +57,9 @@ class Endpoint:
         self.replayed = 0
         self.first_replayed: float | None = None
         self.last_replayed = 0.0
-        self.live: dict[int, float] = {}
         self.port = free_port()
+        self.live_port = free_port()
+        """The live subscription's endpoint, in a process of its own (``replay_live``)."""
         self.done = asyncio.Event()
         self.want = 0
 
@@ -60,15 +67,11 @@ class Endpoint:
         body = await request.read()
         notes = _decode(body)
         now = time.monotonic()
-        if b"icrc77:replay:id" in body:  # a push holds either live or replayed notifications
-            self.replayed += len(notes)
-            self.first_replayed = self.first_replayed or now
-            self.last_replayed = now
-            if self.replayed >= self.want:
-                self.done.set()
-        else:
-            for n in notes:
-                self.live[n.eventId] = now
+        self.replayed += len(notes)
+        self.first_replayed = self.first_replayed or now
+        self.last_replayed = now
+        if self.replayed >= self.want:
+            self.done.set()
         return web.Response(body=b"null", content_type="application/json")
 
 
@@ -80,57 +83,48 @@ async def _call(http: aiohttp.ClientSession, url: str, token: str, method: str, 
         return body
 
 
-async def _live(http: aiohttp.ClientSession, url: str, token: str, every: float, stop: asyncio.Event,
-                sent: dict[int, float]) -> None:
-    i = 0
-    while not stop.is_set():
-        t = time.monotonic()
-        event = {"namespace": NS, "data": {"Map": [["live", {"Nat": i}]]}}
-        (r,) = await _call(http, url, token, "icrc72_publish", [event])
-        ok = r["Ok"]
-        sent[ok[0] if isinstance(ok, list) else ok] = t
-        i += 1
-        await asyncio.sleep(every)
-
-
 def _quantiles(ms: list[float]) -> dict[str, float | None]:
     ms = sorted(ms)
     q = statistics.quantiles(ms, n=100) if len(ms) >= 2 else [float("nan")] * 99
     return {"p50": round(q[49], 2), "p99": round(q[98], 2), "max": round(ms[-1], 2) if ms else None}
 
 
-async def baseline(server: Server, ep: Endpoint, every: float, seconds: float) -> dict[str, Any]:
+async def _subscribe(http: aiohttp.ClientSession, server: Server, ep: Endpoint) -> None:
+    """The replaying subscription and the live one, unless they exist
+    (the bulk-written publication gets the admin as a publisher, then a subscriber)."""
+    have = {s["namespace"] for s in await _call(http, server.url, server.token, "icrc72_get_subscriptions", {})}
+    for ns, port, path in ((NS, ep.port, "/"), (NS_LIVE, ep.live_port, "/live")):
+        if ns not in have:
+            await _call(http, server.url, server.token, "icrc72_register_publication", [{"namespace": ns}])
+            await _call(http, server.url, server.token, "icrc72_register_subscription",
+                        [{"namespace": ns, "endpoint": f"http://127.0.0.1:{port}{path}"}])
+
+
+async def baseline(server: Server, ep: Endpoint, live: LiveSide, every: float, seconds: float) -> dict[str, Any]:
     """Live latency with no replay running, for comparison."""
-    ep.live.clear()
-    sent: dict[int, float] = {}
-    stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
-        await _call(http, server.url, server.token, "icrc72_register_publication", [{"namespace": NS}])
-        await _call(http, server.url, server.token, "icrc72_register_subscription",
-                    [{"namespace": NS, "endpoint": f"http://127.0.0.1:{ep.port}/"}])
-        live = asyncio.create_task(_live(http, server.url, server.token, every, stop, sent))
-        await asyncio.sleep(seconds)
-        stop.set()
-        await live
-        await asyncio.sleep(0.5)
-    lat = [(ep.live[i] - t) * 1000 for i, t in sent.items() if i in ep.live]
-    return {"source": "no replay (baseline)", "live_events": len(lat),
-            **{f"live_latency_ms_{k}": v for k, v in _quantiles(lat).items()}}
+        await _subscribe(http, server, ep)
+    warm = time.monotonic() + 0.5  # the subscription's worker starting is not counted
+    live.start(server.url, server.token, every)
+    await asyncio.sleep(0.5)
+    cpu0, t0 = _cpu(server), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu = {k: round((v - cpu0[k]) / (time.monotonic() - t0), 2) for k, v in _cpu(server).items()}
+    times = [(t, r) for t, r in await live.stop() if t >= warm]
+    lat = [(r - t) * 1000 for t, r in times if r is not None]
+    return {"source": "no replay (baseline)", "live_events": len(lat), "live_missing": len(times) - len(lat),
+            **{f"live_latency_ms_{k}": v for k, v in _quantiles(lat).items()}, "cpu_cores_busy": cpu}
 
 
-async def replay_once(server: Server, ep: Endpoint, events: int, every: float, label: str) -> dict[str, Any]:
+async def replay_once(server: Server, ep: Endpoint, live: LiveSide, events: int, every: float,
+                      label: str) -> dict[str, Any]:
     ep.replayed, ep.first_replayed, ep.want = 0, None, events
     ep.done.clear()
-    ep.live.clear()
-    sent: dict[int, float] = {}
-    stop = asyncio.Event()
     async with aiohttp.ClientSession() as http:
-        subs = await _call(http, server.url, server.token, "icrc72_get_subscriptions", {})
-        if not subs:  # the bulk-written publication gets the admin as a publisher, then a subscriber
-            await _call(http, server.url, server.token, "icrc72_register_publication", [{"namespace": NS}])
-            await _call(http, server.url, server.token, "icrc72_register_subscription",
-                        [{"namespace": NS, "endpoint": f"http://127.0.0.1:{ep.port}/"}])
-        live = asyncio.create_task(_live(http, server.url, server.token, every, stop, sent))
+        await _subscribe(http, server, ep)
+        live.start(server.url, server.token, every)
+        await asyncio.sleep(0.2)  # the live side under way first
+        cpu0 = _cpu(server)
         t0 = time.monotonic()
         (r,) = await _call(http, server.url, server.token, "icrc77_register_replay",
                            [{"namespace": NS, "range": [1, events + 1]}])
@@ -138,12 +132,9 @@ async def replay_once(server: Server, ep: Endpoint, events: int, every: float, l
             raise RuntimeError(r)
         await ep.done.wait()
         elapsed = ep.last_replayed - t0
-        stop.set()
-        await live
-        await asyncio.sleep(0.5)
-    lat = sorted((ep.live[i] - t) * 1000 for i, t in sent.items() if i in ep.live)
-    during = [(ep.live[i] - t) * 1000 for i, t in sent.items() if i in ep.live and t < ep.last_replayed]
-    during.sort()
+        cpu = {k: round((v - cpu0[k]) / (time.monotonic() - t0), 2) for k, v in _cpu(server).items()}
+        times = await live.stop()
+    during = sorted((r - t) * 1000 for t, r in times if r is not None and t0 <= t < ep.last_replayed)
     q = statistics.quantiles(during, n=100) if len(during) >= 2 else [float("nan")] * 99
     return {
         "source": label,
@@ -153,10 +144,27 @@ async def replay_once(server: Server, ep: Endpoint, events: int, every: float, l
         "first_event_after_s": round((ep.first_replayed or t0) - t0, 2),
         "steady_events_per_s": round(ep.replayed / max(ep.last_replayed - (ep.first_replayed or t0), 1e-9)),
         "live_events_during": len(during),
-        "live_missing": len(sent) - len(lat),
+        "live_missing": sum(1 for _, r in times if r is None),
         "live_latency_ms_p50": round(q[49], 2),
         "live_latency_ms_p99": round(q[98], 2),
         "live_latency_ms_max": round(during[-1], 2) if during else None,
+        "cpu_cores_busy": cpu,
+    }
+
+
+def _cpu(server: Server) -> dict[str, float]:
+    """CPU seconds so far of the broker, its fronts, this process (the replay's endpoint),
+    and of the whole host (every core, others' work included): where the replay's time went."""
+    import psutil
+
+    assert server.proc is not None
+    broker = psutil.Process(server.proc.pid)
+    host = psutil.cpu_times()
+    return {
+        "broker": sum(broker.cpu_times()[:2]),
+        "fronts": sum(sum(c.cpu_times()[:2]) for c in broker.children(recursive=True)),
+        "endpoint": sum(psutil.Process().cpu_times()[:2]),
+        "host": host.user + host.system + host.nice,
     }
 
 
@@ -171,10 +179,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     every = args.live_every_ms / 1000
     os.environ["TIDINGS_REPLAY_MAX_RANGE"] = str(args.events)
+    if getattr(args, "yield_ms", None) is not None:  # the replay policy's setting (docs/replay.md)
+        os.environ["TIDINGS_REPLAY_YIELD_MS"] = str(args.yield_ms)
+    live = LiveSide(ep.live_port, NS_LIVE).__enter__()
     try:
         with Server(data) as server:
-            results.append(await baseline(server, ep, every, args.baseline_s))
-            results.append(await replay_once(server, ep, args.events, every, "hot log"))
+            results.append(await baseline(server, ep, live, every, args.baseline_s))
+            results.append(await replay_once(server, ep, live, args.events, every, "hot log"))
         if getattr(args, "hot_only", False):
             return results
         from tidings.pipeline.archive import archive
@@ -183,8 +194,10 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         run_ = await asyncio.to_thread(archive, data_dir=data, archive_dir=data / "archive", older_than_s=0)
         print(f"archived {run_.events:,} events in {time.monotonic() - t:.1f} s", file=sys.stderr)
         with Server(data) as server:
-            results.append(await replay_once(server, ep, args.events, every, "archive (pyarrow)"))
+            results.append(await baseline(server, ep, live, every, args.baseline_s))
+            results.append(await replay_once(server, ep, live, args.events, every, "archive (pyarrow)"))
     finally:
+        live.__exit__()
         await runner.cleanup()
     return results
 
@@ -196,6 +209,8 @@ def main() -> int:
     p.add_argument("--live-every-ms", type=float, default=20.0)
     p.add_argument("--baseline-s", type=float, default=10.0, help="live latency measured first, with no replay")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--yield-ms", type=float, default=None,
+                   help="TIDINGS_REPLAY_YIELD_MS for the server (0: replays do not yield to live work)")
     p.add_argument("--hot-only", action="store_true", help="replay from the hot log only (no archive, no Spark)")
     args = p.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)

@@ -159,6 +159,13 @@ class Settings:
     """Most replayed notifications in one push (live pushes: ``delivery_batch_size``).
     A replay has one push in flight, so its rate is about this many per round trip."""
 
+    replay_yield_ms: float = 20.0
+    """Most a replay's batch (or a redriven batch of dead letters) waits, each, while live
+    pushes are under way (``broker.yielding``, docs/replay.md "Live work first"); 0: no wait."""
+
+    replay_max_rate: float = 0.0
+    """Most notifications a second the replays and redrives of a process send together; 0: no cap."""
+
     max_publications_per_principal: int = 1_000
     """Most publications one principal may own (admins are not limited)."""
 
@@ -325,6 +332,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "max_attempts": (1, 1_000_000),
     "delivery_batch_size": (1, 10_000),
     "replay_batch_size": (1, 100_000),
+    "replay_yield_ms": (0, 10_000),
+    "replay_max_rate": (0, 1e9),
     "max_batch_items": (1, 1_000_000),
     "max_body_bytes": (1, 1 << 30),
     "tail_capacity": (1, 10_000_000),

@@ -59,6 +59,7 @@ from .registry import Registry
 from .routing import RoutedTo, Router
 from .tail import Tail
 from .worker import Gone, Note, Pushed, Worker
+from .yielding import LiveFirst
 
 __all__ = ["Delivery", "Leases", "Transport"]  # Leases and Transport: from ``push``
 
@@ -127,6 +128,8 @@ class Delivery:
         self.draining = False
         """The process is stopping: workers finish the push in flight and what records it,
         then end; nothing new starts (:meth:`drain`)."""
+        self.gate = LiveFirst(settings.replay_yield_ms, settings.replay_max_rate, monotonic=monotonic, sleep=sleep)
+        """Replays and redrives wait for live work through it (``yielding``)."""
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
@@ -298,6 +301,7 @@ class Delivery:
             w = self._workers.get(r.subscription_id)
             if w is None:
                 continue
+            self.gate.arrived(r.subscription_id)
             if not r.record:
                 # Recorded nowhere: taken only by a worker that has considered everything
                 # before them. One that went back since the plan (a restart from its stored
@@ -357,6 +361,7 @@ class Delivery:
         for key, group in self._by_namespace.items():
             if key in namespaces or (is_pattern(key) and any(map(self.registry.matcher(key), namespaces))):
                 for w in group.values():
+                    self.gate.arrived(w.sub.id)
                     w.wakeup.set()
 
     def redrive(self, notes: Sequence[PendingNotification]) -> None:

@@ -107,7 +107,9 @@ class Redelivery:
     async def _resend_stored(self) -> None:
         await self._resend(await self.d.store.pending(self.sub.id))
 
-    async def _resend(self, pending: Sequence[PendingNotification]) -> None:
+    async def _resend(self, pending: Sequence[PendingNotification], background: bool = False) -> None:
+        """Send ``pending`` again in order; ``background`` (a redrive of dead letters):
+        each batch waits for other subscriptions' live work first (``yielding``)."""
         size = self.d.settings.delivery_batch_size
         ordered = sorted(pending, key=lambda p: (p.seq, p.id))
         for i in range(0, len(ordered), size):
@@ -115,6 +117,8 @@ class Redelivery:
                 self.parked = True  # the rest stays pending in the store
                 return
             chunk = ordered[i : i + size]
+            if background:
+                await self.d.gate.turn(len(chunk), self.sub.id)
             events = await self.d.events_of(chunk)
             notes = [Note(p.id, events[p.id], p.attempts, p.created_at) for p in chunk if p.id in events]
             await self.deliver(await self._expire(notes, None))
@@ -122,7 +126,7 @@ class Redelivery:
     async def _resend_redriven(self) -> None:
         while self.redriven:
             batch, self.redriven = self.redriven, []
-            await self._resend(batch)
+            await self._resend(batch, background=True)
 
     async def _resend_overdue(self) -> None:
         if not self.unconfirmed:

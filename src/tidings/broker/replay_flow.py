@@ -102,6 +102,7 @@ class InFlight:
             return True
         if not await self.wait():
             return False
+        await self._delivery.gate.turn(len(ids))  # live pushes first: docs/replay.md, "Live work first"
         self._direct = False
         self._task = asyncio.create_task(self._delivery.push(sub.id, list(zip(ids, copies, strict=True)), now))
         return True
@@ -118,6 +119,7 @@ class InFlight:
             return False
         if self._recording is not None and self._recording.done() and not self._recording.result():
             return False  # (result() raises what writing a record raised)
+        await self._delivery.gate.turn(len(copies))  # live pushes first: docs/replay.md, "Live work first"
         if self._stopped():
             return True  # canceled while the previous push was out: this batch is not sent
         self._direct = True

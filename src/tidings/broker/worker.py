@@ -314,6 +314,7 @@ class Worker(Behind, Redelivery, DirectPush):
         self.drop_taken()  # recorded nowhere: read again, as published before the stop
 
     async def _idle(self) -> None:
+        self.d.gate.idle(self.sub.id)  # replays waiting for live work may go on
         timeout = None
         if self.unconfirmed and not self._stopped():
             oldest = min(t for _, t in self.unconfirmed.values())
