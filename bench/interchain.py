@@ -120,11 +120,14 @@ async def replication(events: int, workdir: Path) -> float:
                 await asyncio.sleep(0.05)
             elapsed = time.perf_counter() - t0
             step(f"replicated in {elapsed:.1f} s; stopping")
+            # The server first, as `tidings distributor serve` stops: a push that comes in
+            # while the networks are still followed is answered, not left waiting for a
+            # following that has ended (and cancelled with a traceback at shutdown).
+            server.should_exit = True
+            await serving
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
             step("stopped")
-            server.should_exit = True
-            await serving
             for n in nets:
                 await n.close()
             keys = [k async for k in state._r.scan_iter(match=prefix + "*")]
