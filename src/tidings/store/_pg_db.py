@@ -159,30 +159,29 @@ class PgAccess:
     async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Run ``fn`` in one client transaction, again from the start if it lost a lock
         race. Its locks last across its round trips: for operators' changes only."""
-        pool = self._the_pool()
-        for attempt in range(_ATTEMPTS):
-            try:
-                async with pool.acquire() as c, c.transaction():
-                    return await fn(c)
-            except _RETRIED:
-                if attempt == _ATTEMPTS - 1:
-                    raise StoreError("the transaction kept losing lock races; try again") from None
-            except CAUGHT as e:
-                raise store_error(e, "a write") from e
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        async def once(c: asyncpg.Connection) -> T:
+            async with c.transaction():
+                return await fn(c)
+
+        return await self._retried(once)
 
     async def _call(self, how: str, sql: str, *args: Any) -> Any:
         """Run one statement outside any client transaction (``how``: ``fetch``,
         ``fetchval``, ``fetchrow`` or ``execute``), again if it lost a lock race: the
         server runs it to its commit without waiting on this process."""
+        return await self._retried(lambda c: getattr(c, how)(sql, *args))
+
+    async def _retried(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``fn`` on a pooled connection, run again from the start when it lost a lock race."""
         pool = self._the_pool()
         for attempt in range(_ATTEMPTS):
             try:
                 async with pool.acquire() as c:
-                    return await getattr(c, how)(sql, *args)
+                    return await fn(c)
             except _RETRIED:
                 if attempt == _ATTEMPTS - 1:
-                    raise StoreError("the statement kept losing lock races; try again") from None
+                    raise StoreError("the write kept losing lock races; try again") from None
             except CAUGHT as e:
                 raise store_error(e, "a write") from e
         raise AssertionError("unreachable")  # pragma: no cover
