@@ -103,6 +103,14 @@ class Member:
             self.proc.wait(10)
         self.proc = None
 
+    def log_lines(self, *needles: str, limit: int = 12) -> list[str]:
+        """The last ``limit`` lines of this member's log that contain one of ``needles``."""
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line[:300] for line in lines if any(n in line for n in needles)][-limit:]
+
     def log_count(self, needle: str) -> int:
         try:
             return self.log.read_text(errors="replace").count(needle)

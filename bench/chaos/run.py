@@ -83,6 +83,8 @@ class Report:
     server_errors: int = 0
     """Publishes answered 5xx other than 503 with Retry-After."""
     pushes: int = 0
+    details: list[str] = field(default_factory=list)
+    """What the members said about each subscription with events missing, to explain it."""
 
     @property
     def ok(self) -> bool:
@@ -113,7 +115,7 @@ class Report:
             f"writes refused by their fence {self.fenced_writes}, 5xx {self.server_errors}, pushes {self.pushes}: "
             f"{'OK' if self.ok else 'FAILED'}"
         )
-        return out
+        return out + self.details
 
 
 def random_schedule(n: int, seed: int, members: int) -> list[Fault]:
@@ -184,8 +186,8 @@ class Chaos:
             for p in (*m.db, m.peer):
                 await p.close()
         await self.recorder.close()
-        for p in self.pg:
-            await asyncio.to_thread(p.stop, "immediate")
+        for node in self.pg:
+            await asyncio.to_thread(node.stop, "immediate")
         if self.report.ok or not self.keep_on_failure:
             import shutil
 
@@ -356,6 +358,27 @@ class Chaos:
                 return float("inf")
             await asyncio.sleep(0.2)
 
+    async def _explain(self, acked: set[tuple[str, int]]) -> list[str]:
+        """For each subscription with events missing: what it lacks, who delivers it now,
+        and the last lines each member logged about it (a failed run's output says why
+        without the kept folder, which a CI machine does not keep)."""
+        holders = await self.holders()
+        out = []
+        for s, n in sorted(self.missing.items()):
+            if not n:
+                continue
+            ns = self.sub_ns[s]
+            got = {i for x, i in self.recorder.got[s] if x == ns}
+            gone = sorted(i for x, i in acked if x == ns and i not in got)
+            last_at = max((t for (sub, _, _), t in self.recorder.first_at.items() if sub == s), default=0.0)
+            out.append(f"subscription {s} ({ns}): {n} missing, ids {gone[0]}..{gone[-1]}, highest received "
+                       f"{max(got, default=0)}, last push {time.monotonic() - last_at:.1f} s ago, "
+                       f"delivered by {holders.get(s, 'nobody')}")
+            for m in self.members:
+                out += [f"  {m.name}: {line}" for line in m.log_lines(f"subscription {s}", f" {s}]", f"[{s},",
+                                                                      f" {s},", limit=12)]
+        return out
+
     # -- checks ----------------------------------------------------------------------------
 
     async def _finish(self) -> None:
@@ -381,6 +404,8 @@ class Chaos:
         while missing() and time.monotonic() < end:
             await asyncio.sleep(0.5)
         r.lost = missing()
+        if r.lost:
+            r.details = await self._explain(acked)
         r.overlaps = self.recorder.overlaps
         r.stale_pushes = self.recorder.stale
         r.pushes = self.recorder.pushes
