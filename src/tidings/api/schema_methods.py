@@ -106,7 +106,7 @@ SCHEMA_METHODS: list[Method] = [
     Method(
         "register_schema", list[SchemaRegistration], _RESULTS,
         _batch(lambda b, c, a: b.schemas.register(c, a)),
-        "Register schemas (JSON Schema or Avro); Ok is the id, or the existing id of an identical schema.",
+        "Register schemas (JSON Schema, Avro or Protobuf); Ok is the id, or the existing id of an identical schema.",
     ),
     Method(
         "get_schema", list[int], list[SchemaInfo | None],

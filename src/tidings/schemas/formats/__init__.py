@@ -1,4 +1,4 @@
-"""Schema formats for the registry: JSON Schema and Avro models, event validation, compatibility.
+"""Schema formats for the registry: JSON Schema, Avro and Protobuf models, event validation, compatibility.
 
 ::
 
