@@ -88,6 +88,11 @@ class Cluster:
         self._adopt = membership.reassess
         self._secrets: set[int] = set()
         self._stop_listening: Callable[[], Awaitable[None]] | None = None
+        self._changing = asyncio.Lock()
+        """Held while the leases held change together with the workers they start or stop:
+        the watchdog lets go while a heartbeat takes, and a take must never find the
+        worker of a lease being let go (it would keep it, then see it stopped, and the
+        subscription would stay held by nobody's worker). No store call is made under it."""
 
     # -- signals from the others --------------------------------------------------------
 
@@ -287,14 +292,21 @@ class Cluster:
             log.warning("recording %d assignment change(s) failed: %s", len(added) + len(removed), e)
 
     async def _take(self, sub_id: int) -> None:
+        m = self.membership
         sub = await self._sync.fresh(sub_id)  # its cursor as the last owner left it
         if sub is None:
-            self.membership.epochs.pop(sub_id, None)
-            await self._store.release_leases(self.membership.me, [subscription_key(sub_id)])
+            m.epochs.pop(sub_id, None)
+            await self._store.release_leases(m.me, [subscription_key(sub_id)])
             return
-        self.membership.held.add(sub_id)
         await self._signing.reload(sub_id)
-        self._delivery.add(sub)
+        async with self._changing:
+            if sub_id not in m.epochs or sub_id in m.held:
+                return  # let go meanwhile (the watchdog), or taken already: the next beat decides
+            # A worker of an earlier lease may still be stopping: it goes first, so the one
+            # started here is the one that delivers, under this lease's epoch.
+            await self._delivery.stop_worker(sub_id)
+            m.held.add(sub_id)
+            self._delivery.add(sub)
         self._added.append(sub)
         log.info("delivering subscription %s here", sub_id)
 
@@ -302,21 +314,25 @@ class Cluster:
         if not sub_ids:
             return
         m = self.membership
-        m.held -= sub_ids
-        for i in sub_ids:
-            m.epochs.pop(i, None)
-        # A subscription deleted meanwhile is recorded by its id alone.
-        self._removed += [
-            self._sync.known(i) or SubscriptionRecord(id=i, subscriber="", namespace="", endpoint=None)
-            for i in sorted(sub_ids)
-        ]
-        if release:
-            # Handed over while the lease is still ours: the push in flight finishes and is
-            # recorded first, within a share of the term the others' heartbeats allow.
-            await self._delivery.hand_off(sub_ids, 0.4 * self.lease_s)
-        else:  # the lease may be another's already: at once
-            for sub_id in sorted(sub_ids):
-                await self._delivery.stop_worker(sub_id)
+        async with self._changing:
+            sub_ids = sub_ids & m.held  # what another let go meanwhile is stopped already
+            if not sub_ids:
+                return
+            m.held -= sub_ids
+            for i in sub_ids:
+                m.epochs.pop(i, None)
+            # A subscription deleted meanwhile is recorded by its id alone.
+            self._removed += [
+                self._sync.known(i) or SubscriptionRecord(id=i, subscriber="", namespace="", endpoint=None)
+                for i in sorted(sub_ids)
+            ]
+            if release:
+                # Handed over while the lease is still ours: the push in flight finishes and
+                # is recorded first, within a share of the term the others' heartbeats allow.
+                await self._delivery.hand_off(sub_ids, 0.4 * self.lease_s)
+            else:  # the lease may be another's already: at once
+                for sub_id in sorted(sub_ids):
+                    await self._delivery.stop_worker(sub_id)
         try:
             await self._replays.adopt(m.held)
         except StoreError as e:  # adopted again at the next heartbeat

@@ -345,15 +345,16 @@ class Delivery:
     async def stop_worker(self, sub_id: int) -> None:
         """Stop delivering ``sub_id`` here and wait until its worker has stopped (its
         lease goes to another broadcaster, which sends again what is pending)."""
-        task = self._tasks.get(sub_id)
+        w, task = self._workers.get(sub_id), self._tasks.get(sub_id)
         if task is None:
-            if sub_id in self._workers:  # dormant
+            if w is not None:  # dormant
                 self._forget(sub_id)
             return
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait([task])
-        self._forget(sub_id)
+        if self._workers.get(sub_id) is w:  # never a worker started while this one stopped
+            self._forget(sub_id)
 
     def wake(self, events: Sequence[StoredEvent]) -> None:
         """Wake the workers these events concern; a stopped one is woken when started."""
