@@ -14,7 +14,8 @@
 share of samples per thread, and the lines with the most samples of their own. ``split``
 needs no py-spy: it cuts publish-to-handler latency at the broadcaster's own timestamps
 (the ``icrc72:broadcaster:received`` and ``:sent`` headers of each notification). Bounded
-in time; stops what it started. BENCHMARKS.md ("What the profile showed") was made so.
+in time; stops what it started. BENCHMARKS.md ("Where the time goes now") and the profiles in
+docs/benchmarks/history/ were made so.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ def tune_gc() -> None:
     A 100-event publish keeps over a thousand containers (the decoded ICRC-16 values)
     alive until it is answered, so the default threshold of 700 ran a collection on
     every request, each traversing the requests in flight, and a full one every hundred:
-    about a fifth of the server's CPU under load (BENCHMARKS.md, "What the profile
-    showed"). Nothing on the hot path makes reference cycles, so a collection finds
+    about a fifth of the server's CPU under load
+    (docs/benchmarks/history/2026-11-23-publish-and-fanout-profile.md). Nothing on the hot path
+    makes reference cycles, so a collection finds
     almost nothing; it still runs, just rarely, and most young objects are gone by then.
     """
     gc.collect()

@@ -2,7 +2,7 @@
 
 A batch recorded first costs, per notification, a pending row written before the push
 and deleted after it, beside the delivery record; that bookkeeping was half of the
-broker's time in fan-out (BENCHMARKS.md, "Live pushes without rows"). A ``trusted``
+broker's time in fan-out (docs/benchmarks/history/2026-11-26-08-live-pushes-without-rows.md). A ``trusted``
 subscription's endpoint confirms a batch by answering its push, so the worker can
 instead push first, under ids set aside in the store (:class:`NoteIds`), and write only
 what a confirmation leaves: a delivery record per notification, the subscription's

@@ -8,7 +8,7 @@ events are kept: those of the broadcaster's tail (``keep_above``). An older one 
 replayed or read by a worker far behind, most likely pushed once, and keeping it would
 push out the parts of the live events every subscription is about to send. Per
 notification this is about half the time of encoding a struct for each
-(BENCHMARKS.md, "Fan-out: the push body").
+(docs/benchmarks/history/2026-11-26-fanout-push-body-and-histogram.md).
 """
 
 from __future__ import annotations

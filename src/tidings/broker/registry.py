@@ -111,7 +111,7 @@ class Registry:
 
         This runs for every subscription of every batch, so the usual case (one
         namespace whose lists have not changed since these events, no filter, no skip)
-        costs no call per event (BENCHMARKS.md, "A slow, noisy day")."""
+        costs no call per event (docs/benchmarks/history/2026-11-26-06-slow-day-many-rows-per-statement.md)."""
         if namespace is None or not events:
             allowed = [e for e in events if self.subscriber_allowed(e.namespace, principal, e.seq)]
         else:

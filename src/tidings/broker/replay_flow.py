@@ -67,8 +67,8 @@ class InFlight:
       leaves the position where it was, so the batch is pushed again under the same
       notification ids: at least once, as before. That write runs while the next batch
       is pushed. A batch the endpoint does not take whole is recorded the first way,
-      under the same ids, and its retries go on from that first answer. BENCHMARKS.md,
-      "Hot replay without rows".
+      under the same ids, and its retries go on from that first answer.
+      docs/benchmarks/history/2026-11-26-07-hot-replay-without-rows.md.
 
     The position only moves in push order: a recorded batch waits for the direct push
     before it (:meth:`send`), whose position is written only once it is confirmed."""

@@ -12,7 +12,7 @@ this transaction), or whose own ``open_notifications`` of everything up to there
 committed, or is in this very transaction, while the worker waits for it (``opening``).
 The latter matters under load: a worker that once fell behind reads the log itself,
 and without it would stay behind, one commit later each time, for as long as events
-keep coming (BENCHMARKS.md, "Live latency"). Any other worker (behind, stopped,
+keep coming (docs/benchmarks/history/2026-11-25-04-live-latency-worker-caught-up.md). Any other worker (behind, stopped,
 starting again, subscribed by a pattern) reads the events itself as before, so each
 event is opened for a subscription exactly once, by one path or the other:
 

@@ -6,7 +6,7 @@ the event's ``seq``, id, source and timestamp. The SQLite store keeps such a bat
 one ``deliveries`` row whose ``items`` column packs those five values per record, and
 whose ``serial`` is the first of ``n`` consecutive serials the batch takes. One row per
 batch instead of one per notification is what the store's writer saves most on the
-fan-out and replay paths (BENCHMARKS.md, "Delivery records by the batch").
+fan-out and replay paths (docs/benchmarks/history/2026-11-26-09-delivery-records-by-batch.md).
 
 Both the store (``read_deliveries``, ``former_subscribers``) and the Spark source over
 the records (``tidings.pipeline.deliveries``) turn such a row back into one record per

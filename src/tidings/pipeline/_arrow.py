@@ -132,7 +132,8 @@ def write_file(table: pa.Table, path: Path) -> None:
         table.cast(_WITH_FOOTER), path, compression="zstd", row_group_size=256 * 1024,
         # A dictionary pays only where values repeat, and statistics only where a reader
         # prunes with them (id, time, source); elsewhere both cost time and bytes
-        # (BENCHMARKS.md: a third of the write time, and a file a third larger).
+        # (a third of the write time, and a file a third larger:
+        # docs/benchmarks/history/2026-11-25-pipeline-3-native-encoder.md).
         use_dictionary=_DICTIONARY, write_statistics=_STATISTICS,
     )
 

@@ -4,7 +4,8 @@ Spark starts a daemon per kind of Python worker (the ``tidings`` source's lookup
 creation, read planning, reading) and forks a worker from it for each task. Left to
 itself each daemon and each worker imports PySpark from ``pyspark.zip``, which Python
 cannot keep compiled, so every one of them compiles PySpark's sources anew: seconds of
-CPU before a query's first row on this machine (BENCHMARKS.md, "Pipeline"). This daemon
+CPU before a query's first row on this machine
+(docs/benchmarks/history/2026-11-25-pipeline-3-native-encoder.md). This daemon
 puts the installed PySpark first when it is the same version as the zip, imports the
 worker's module and the ``tidings`` source once, and then runs PySpark's own daemon, so
 each forked worker starts with all of it loaded. :func:`tidings.pipeline.session.build`

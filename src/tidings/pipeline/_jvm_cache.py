@@ -4,7 +4,8 @@ A local Spark session spends most of its start in the JVM loading and verifying 
 twenty thousand classes. The JDK can write the classes a run loaded into an archive when
 it exits (``-XX:ArchiveClassesAtExit``) and map that archive in later runs
 (``-XX:SharedArchiveFile``): on this machine the session's start fell from 8.6-13.9 s to
-about 5 s (BENCHMARKS.md, "Pipeline"). The archive (about 150 MB) lives in the user's
+about 5 s (docs/benchmarks/history/2026-11-25-pipeline-3-native-encoder.md). The archive
+(about 150 MB) lives in the user's
 cache directory, one per PySpark version and Java installation; the JDK ignores an
 archive that does not match, or that a concurrent first run has not finished writing,
 and starts as it would without one; an archive it cannot start with (cut short by a

@@ -26,7 +26,8 @@ VACUUM_PAGES: Final = 4_096
 REWRITE_LIVE_MAX: Final = 32 * 2**20
 """Up to this much live data, a mostly free file is rewritten whole (``VACUUM``): the
 rewrite holds the write lock for as long as copying the live pages takes (under a second
-here), while moving a large free space page by page takes seconds (BENCHMARKS.md)."""
+here), while moving a large free space page by page takes seconds
+(docs/benchmarks/history/2026-11-25-pipeline-3-native-encoder.md)."""
 _CACHE_KIB: Final = 65_536
 """Free pages returned to the filesystem per write transaction (16 MiB of 4 KiB pages)."""
 

@@ -98,7 +98,8 @@ def load(spark: Any, path: str, options: dict[str, str] | None = None, schema: S
 
     Why: the first read through a Python data source starts Python workers (a lookup, the
     source's creation, its planning, the reading), seconds of CPU before the first row on
-    a small machine (BENCHMARKS.md, "Pipeline"). A single partition gains nothing from
+    a small machine (docs/benchmarks/history/2026-11-25-pipeline-3-native-encoder.md). A single
+    partition gains nothing from
     them. The rows are the same: the same reader reads them, with the same columns.
     """
     opts = {**(options or {}), "path": path}

@@ -179,7 +179,8 @@ def insert_rows(c: sqlite3.Connection, head: str, row: str, rows: Sequence[Seque
     ``row`` (``(?, ?, 0)``), in statements of several rows each.
 
     ``executemany`` binds and steps one row at a time, which costs about twice as much
-    per row as a statement with many rows (BENCHMARKS.md, "Many rows per statement").
+    per row as a statement with many rows
+    (docs/benchmarks/history/2026-11-26-06-slow-day-many-rows-per-statement.md).
     Statements take 256, 128, ... 1 rows, so a connection compiles at most nine of them
     per table whatever the counts, and each stays within SQLite's parameter limit.
     Within one transaction of the single writer the rows still take consecutive ids."""

@@ -11,8 +11,8 @@ it read from the log, settling notifications) commits with ``synchronous=NORMAL`
 WAL frames reach the file, so a process crash keeps them, but they are fsynced only by
 the next durable commit. What a power loss can take from such a batch is bookkeeping,
 and those events are then pushed again, as at-least-once delivery allows. An event
-pushed to a trusted subscriber so costs one fsync, not two or three (BENCHMARKS.md,
-"Live latency").
+pushed to a trusted subscriber so costs one fsync, not two or three
+(docs/benchmarks/history/2026-11-25-04-live-latency-worker-caught-up.md).
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ class Mark(msgspec.Struct, frozen=True):
     """Add ``gid`` to set ``set_name``; if newly added and ``outbox`` is given, append ``payload`` to it.
 
     A msgspec Struct rather than a frozen dataclass: one is made per target per event on
-    the live path, and a Struct is built in a tenth of the time (BENCHMARKS.md)."""
+    the live path, and a Struct is built in a tenth of the time
+    (docs/benchmarks/history/2026-11-25-distributor-dedup.md)."""
 
     set_name: str
     gid: str

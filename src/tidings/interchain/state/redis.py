@@ -26,7 +26,7 @@ _pack = msgspec.msgpack.Encoder().encode
 # them all; per outbox one RPUSH, in the marks' order. The answer is one string, '1'
 # (added) or '0' per mark. One command per batch instead of one per mark: redis-py's
 # packing and parsing of each command was most of the cost, then Lua's per-call
-# overhead (BENCHMARKS.md, "Distributor dedup").
+# overhead (docs/benchmarks/history/2026-11-25-distributor-dedup.md).
 _MARK = """
 local cols = cmsgpack.unpack(ARGV[1])
 local sets, outs, gids, pays = cols[1], cols[2], cols[3], cols[4]
