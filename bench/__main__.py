@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import peers as P
+from bench._scenario import Row, Settings, log
 from bench.floor import scenario as floor_scenario
 from bench.floor import with_floor_ratios
 from bench.suite import SCENARIOS as _SUITE
-from bench.suite import Row, Settings, log
 from tidings.pipeline._human import fmt_figure
 
 ROOT = Path(__file__).resolve().parent.parent

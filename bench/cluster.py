@@ -23,8 +23,9 @@ from typing import Any
 import aiohttp
 
 from bench._harness import Server, free_port, post
+from bench._scenario import Row, Settings, _guard, _pg_store
 from bench.live_plane import throughput
-from bench.suite import EVENT, FANOUT_SUBS, Row, Settings, _guard, _pg_store
+from bench.payloads import EVENT, FANOUT_SUBS
 
 _ENV = {"TIDINGS_WORKERS": "1", "TIDINGS_HEARTBEAT_S": "0.5", "TIDINGS_LEASE_S": "2"}
 _DEFAULTS = {"TIDINGS_WORKERS": "1"}  # the failover row: the default lease (5 s) and heartbeat (1 s)

@@ -28,9 +28,9 @@ from typing import Any
 import aiohttp
 
 from bench._harness import free_port
+from bench._scenario import Row, Settings, _guard
 from bench.live_plane import latency_body, percentiles
 from bench.payloads import EVENT, LATENCY_WARMUP
-from bench.suite import Row, Settings, _guard
 from tidings.pipeline._human import fmt_figure
 
 __all__ = ["SERVERS", "app", "scenario", "with_floor_ratios"]

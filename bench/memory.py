@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._harness import Server
-from bench.suite import EVENT, Row, Settings, _guard
+from bench._scenario import Row, Settings, _guard
+from bench.payloads import EVENT
 
 
 async def _populate(srv: Server, events: int, subs: int, clients: int, deadline: float) -> dict[str, Any]:

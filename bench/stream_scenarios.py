@@ -8,18 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from bench._harness import Server
-from bench.suite import (
-    EVENT,
-    FANOUT_SUBS,
-    PAYLOAD,
+from bench._scenario import (
     Row,
     Settings,
     _guard,
+    _lat_fig,
     fanout_peer_row,
     fanout_times,
     mark_incomplete,
     notifications_figure,
 )
+from bench.payloads import EVENT, FANOUT_SUBS, LATENCY_WARMUP, PAYLOAD
 from tidings.pipeline._human import fmt_figure
 
 STREAM_WINDOW = 1000
@@ -78,9 +77,7 @@ async def latency(s: Settings) -> list[Row]:
     one event per message at the latency rate, another ``Stream`` handles the pushes of a
     trusted ``stream:`` subscription; JetStream beside it, as in the latency scenario."""
     from bench import stream as st
-    from bench.payloads import LATENCY_WARMUP
     from bench.peers_latency import LATENCY
-    from bench.suite import _lat_fig
 
     name, unit = "stream-latency", "ms"
     rate, timeout = s.rate or 1000.0, 2 * s.seconds + 60

@@ -22,7 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from bench._harness import Server, free_port
-from bench.suite import EVENT, FANOUT_SUBS, Row, Settings, _guard, fanout_times, notifications_figure
+from bench._scenario import Row, Settings, _guard, fanout_times, notifications_figure
+from bench.payloads import EVENT, FANOUT_SUBS
 
 _OFF = {"TIDINGS_TRACING": "off"}
 _UNCONFIGURED = {"TIDINGS_TRACING": "auto"}

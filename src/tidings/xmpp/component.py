@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 from xml.etree import ElementTree as ET
 
@@ -40,6 +40,7 @@ from ..errors import TidingsError
 from ..settings import Settings
 from ..store import PrincipalRecord, SubscriptionRecord
 from . import ens_face, pubsub_face
+from .handler import Handler
 from .payload import MAX_DEPTH, to_xml, too_deep
 from .stanzas import ENS, NOTIFICATION, StanzaError, code_of, shim_headers
 
@@ -59,7 +60,6 @@ _WRAPPING = 3
 """Elements a request may wrap its payload in (``pubsub``, ``publish``, ``item``). A
 request nested deeper than these plus :data:`MAX_DEPTH` is refused before it is read;
 ``from_xml`` then holds the payload itself to :data:`MAX_DEPTH`."""
-Handler = Callable[["XmppFace", slixmpp.Iq, ET.Element], Awaitable[ET.Element | None]]
 
 
 class XmppFace:

@@ -19,12 +19,12 @@ from .stanzas import ENS, TIDINGS, StanzaError, error_of_item
 if TYPE_CHECKING:
     import slixmpp
 
-    from .component import Handler, XmppFace
+    from .handler import Face, Handler
 
 __all__ = ["HANDLERS"]
 
 
-def _event_namespace(face: XmppFace, jid: str | None) -> str:
+def _event_namespace(face: Face, jid: str | None) -> str:
     if not jid:
         raise StanzaError("bad-request", "the request needs a jid attribute naming the event")
     try:
@@ -37,7 +37,7 @@ def _endpoint(iq: slixmpp.Iq, flavour: str) -> str:
     return f"xmpp:{iq['from'].full}?{flavour}"
 
 
-async def subscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+async def subscribe(face: Face, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
     if iq["type"] != "set":
         raise StanzaError("bad-request", "subscribe is an iq of type set")
     jid = el.get("jid")
@@ -73,13 +73,13 @@ def _skip(el: ET.Element | None) -> list[int] | None:
     return [int(p) for p in parts]
 
 
-def own_subscriptions(face: XmppFace, principal: str, namespace: str, endpoint: str) -> list[int]:
+def own_subscriptions(face: Face, principal: str, namespace: str, endpoint: str) -> list[int]:
     """The ids of ``principal``'s subscriptions to ``namespace`` pushing to ``endpoint``."""
     return [s.id for s in face.broker.orchestrator.subscriptions.values()
             if s.subscriber == principal and s.namespace == namespace and s.endpoint == endpoint]
 
 
-async def unsubscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+async def unsubscribe(face: Face, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
     if iq["type"] != "set":
         raise StanzaError("bad-request", "unsubscribe is an iq of type set")
     jid = el.get("jid")
@@ -92,7 +92,7 @@ async def unsubscribe(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Elem
     return ET.Element(f"{{{ENS}}}unsubscribed", {"jid": jid or ""})
 
 
-async def publish(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+async def publish(face: Face, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
     """XEP-0021 §4.1: the event is the sender's own JID; tidings also takes a ``jid``
     attribute naming one of the service's namespaces, which the sender must be allowed
     to publish to as on HTTP."""

@@ -22,7 +22,7 @@ from .stanzas import DISCO_INFO, DISCO_ITEMS, ENS, PING, PUBSUB, PUBSUB_EVENT, S
 if TYPE_CHECKING:
     import slixmpp
 
-    from .component import Handler, XmppFace
+    from .handler import Face, Handler
 
 __all__ = ["HANDLERS", "notification"]
 
@@ -42,7 +42,7 @@ def notification(
     return msg
 
 
-async def disco_info(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+async def disco_info(face: Face, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
     node = el.get("node")
     out = ET.Element(f"{{{DISCO_INFO}}}query", {"node": node} if node else {})
     if node:
@@ -56,7 +56,7 @@ async def disco_info(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Eleme
     return out
 
 
-async def disco_items(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
+async def disco_items(face: Face, iq: slixmpp.Iq, el: ET.Element) -> ET.Element:
     out = ET.Element(f"{{{DISCO_ITEMS}}}query")
     if el.get("node"):
         return out  # leaf nodes: their items are not listed (no persistent items here)
@@ -65,11 +65,11 @@ async def disco_items(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Elem
     return out
 
 
-async def ping(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> None:
+async def ping(face: Face, iq: slixmpp.Iq, el: ET.Element) -> None:
     return None
 
 
-async def pubsub(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element | None:
+async def pubsub(face: Face, iq: slixmpp.Iq, el: ET.Element) -> ET.Element | None:
     if iq["type"] != "set" or (len(el) != 1 and not (len(el) == 2 and el[1].tag == f"{{{PUBSUB}}}options")):
         raise StanzaError("feature-not-implemented", "served: set with subscribe, unsubscribe or publish")
     action = el[0]
@@ -92,7 +92,7 @@ async def pubsub(face: XmppFace, iq: slixmpp.Iq, el: ET.Element) -> ET.Element |
     raise StanzaError("feature-not-implemented", f"pubsub {name!r} is not served")
 
 
-async def _subscribe(face: XmppFace, iq: slixmpp.Iq, node: str, target: str) -> ET.Element:
+async def _subscribe(face: Face, iq: slixmpp.Iq, node: str, target: str) -> ET.Element:
     caller = await face.principal(iq["from"].full)
     if ens.owner_of(node) is not None:
         await face.entity_publication(node)
@@ -116,7 +116,7 @@ async def _subscribe(face: XmppFace, iq: slixmpp.Iq, node: str, target: str) -> 
     return out
 
 
-async def _unsubscribe(face: XmppFace, iq: slixmpp.Iq, node: str, target: str) -> None:
+async def _unsubscribe(face: Face, iq: slixmpp.Iq, node: str, target: str) -> None:
     caller = await face.principal(iq["from"].full)
     endpoint = f"xmpp:{target}?pubsub"
     orch = face.broker.orchestrator
@@ -128,7 +128,7 @@ async def _unsubscribe(face: XmppFace, iq: slixmpp.Iq, node: str, target: str) -
     return None
 
 
-async def _publish(face: XmppFace, iq: slixmpp.Iq, action: ET.Element, node: str) -> ET.Element:
+async def _publish(face: Face, iq: slixmpp.Iq, action: ET.Element, node: str) -> ET.Element:
     caller = await face.principal(iq["from"].full)
     owner = ens.owner_of(node)
     if owner is not None:
