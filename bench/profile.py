@@ -9,12 +9,16 @@
     .venv/bin/python -m bench.profile replay             # hot-log replay of 200,000 events to one endpoint
     .venv/bin/python -m bench.profile split --rate 1000  # a live event's latency, stage by stage
     .venv/bin/python -m bench.profile split --stream     # the same over /v1/stream on both sides
+    .venv/bin/python -m bench.profile hops --rate 1000   # p50/p99/p99.9 and CPU per hop (bench/hops.py)
+    .venv/bin/python -m bench.profile hops --stream      # the same over /v1/stream on both sides
 
 ``publish`` and ``fanout`` print the server's CPU per event or notification (psutil), the
 share of samples per thread, and the lines with the most samples of their own. ``split``
 needs no py-spy: it cuts publish-to-handler latency at the broadcaster's own timestamps
 (the ``icrc72:broadcaster:received`` and ``:sent`` headers of each notification). Bounded
-in time; stops what it started. BENCHMARKS.md ("Where the time goes now") and the profiles in
+in time; stops what it started. ``hops`` is ``split`` cut finer, with CPU per hop:
+client to server, parse and check, front to broker, rights, commit, route, push, handler
+(bench/hops.py says how each is measured). BENCHMARKS.md ("Where the time goes now") and the profiles in
 docs/benchmarks/history/ were made so.
 """
 
@@ -242,16 +246,21 @@ async def split(srv: Server, rate: float, seconds: float, stream: bool = False) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["publish", "fanout", "stream-publish", "stream-fanout", "replay", "split"])
+    ap.add_argument("what", choices=["publish", "fanout", "stream-publish", "stream-fanout", "replay", "split", "hops"])
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     ap.add_argument("--top", type=int, default=30)
-    ap.add_argument("--rate", type=float, default=1000.0, help="split: events per second")
-    ap.add_argument("--stream", action="store_true", help="split: publish and receive over /v1/stream")
+    ap.add_argument("--rate", type=float, default=1000.0, help="split, hops: events per second")
+    ap.add_argument("--stream", action="store_true", help="split, hops: publish and receive over /v1/stream")
     ap.add_argument("--workers", type=int, default=0, help="TIDINGS_WORKERS of the server (0: one per core)")
-    ap.add_argument("--cpu-only", action="store_true", help="no py-spy: only each process's CPU per event")
+    ap.add_argument("--cpu-only", "--no-sample", action="store_true",
+                    help="no py-spy: only each process's CPU per event")
     a = ap.parse_args()
-    if a.what == "split":
+    if a.what == "hops":
+        from bench import hops
+
+        hops.run(a.rate, a.seconds, a.stream, sample=not a.cpu_only)
+    elif a.what == "split":
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
             asyncio.run(split(srv, a.rate, a.seconds, a.stream))
     else:

@@ -126,7 +126,11 @@ def _dump_tasks() -> None:
     logging.getLogger("tidings.server").warning("SIGUSR1: %d tasks\n%s", len(tasks), out.getvalue())
 
 
-def _config(app: Any, settings: Settings) -> uvicorn.Config:
+def _config(app: Any, settings: Settings, role: str = "broker") -> uvicorn.Config:
+    if os.environ.get("TIDINGS_HOPS_DIR"):  # bench.profile hops only (tidings/hops.py); else not imported
+        from .hops import asgi
+
+        app = asgi(app, role)
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, http=Http1, lifespan="off",
         # uvicorn's own lines below warning only when debugging (its start-up chatter
@@ -195,7 +199,7 @@ async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str,
     uds.bind(str(path))  # 0600 by the umask: only this user's processes may connect
     uds.listen(1024)
     secret = secrets.token_urlsafe(32)
-    internal = uvicorn.Server(_config(internal_app(broker, app, secret), settings))
+    internal = uvicorn.Server(_config(internal_app(broker, app, secret), settings, "internal"))
     # _serve, not serve: the public server already handles SIGINT and SIGTERM; a second
     # handler would take them from it.
     task = asyncio.create_task(internal._serve(sockets=[uds]))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -73,6 +73,11 @@ def start(mode: str, env: Mapping[str, str] | None = None) -> Tracing | None:
     extra absent, nothing configured, ``OTEL_SDK_DISABLED=true`` or
     ``OTEL_TRACES_EXPORTER=none``. Only then is OpenTelemetry imported."""
     env = os.environ if env is None else env
+    if env.get("TIDINGS_HOPS_DIR", "").strip():
+        # bench.profile hops: per-hop timestamps in memory instead of spans (tidings/hops.py)
+        from .hops import recorder
+
+        return cast("Tracing | None", recorder())
     if mode == "off" or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":

@@ -159,4 +159,9 @@ def main() -> int:
 def _app(config: FrontConfig) -> Any:
     from .app import front_app
 
-    return front_app(config)
+    app = front_app(config)
+    if os.environ.get("TIDINGS_HOPS_DIR"):  # bench.profile hops only (tidings/hops.py); else not imported
+        from ..hops import asgi
+
+        app = asgi(app, "front")
+    return app

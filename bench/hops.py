@@ -1,0 +1,446 @@
+"""A live event's latency and CPU, hop by hop (issue 39, point 2): ``python -m bench.profile hops``.
+
+    .venv/bin/python -m bench.profile hops --rate 1000            # HTTP publish -> SDK Subscriber
+    .venv/bin/python -m bench.profile hops --rate 1000 --stream   # Stream publish -> Stream handler
+    .venv/bin/python -m bench.profile hops --no-sample            # CPU per process only, no py-spy
+
+Two phases on two servers (``tidings serve``, default ``TIDINGS_WORKERS``: the broker and
+a front per further core), each ``--seconds`` of single-event publishes at ``--rate``,
+every publish its own task, one trusted subscription (the latency scenario's clients).
+
+**Latency (server 1, with ``TIDINGS_HOPS_DIR``).** The server records wall-clock stamps
+(``time.time_ns``, one clock for every process of the host) in memory, at points it
+already has (``tidings/hops.py``): when the publish reached the ASGI app of the process
+that took the connection (a front or the broker), when it reached the broker's private
+socket (from a front), when the broker took it, began and ended its append, and when a
+worker took the batch to push and got its answer. The event carries the publish call's
+stamp; its notification carries the broadcaster's ``received`` stamp (the events decoded,
+before the ICRC-16 check) and its ``sent`` stamp (the push body made); the handler stamps
+itself. Records are joined by event id. The first tenth of the events warms up and is
+not counted. Hops (a front's connection | the broker's own):
+
+==========================  =========================================================
+client -> server            the publish call -> the first app's ASGI call (the client's
+                            request, loopback TCP, the event loop, the HTTP parser)
+parse and check             HTTP: that app -> ``received`` (body read, JSON decoded); the
+                            stream through a front: the broker's socket -> ``received``
+                            (the broker's read loop: decode, check, the commit loop's turn)
+front -> broker             HTTP: ``received`` -> the broker's private socket (the
+                            front's ICRC-16 check, hash, msgpack; aiohttp over the Unix
+                            socket; the broker's HTTP); stream: the front's WebSocket
+                            relay to the broker; none for the broker's own connections
+auth, rights, schemas       -> the append begins (HTTP through a front: from the
+                            private socket; otherwise from ``received``)
+commit                      the append: the writer's queue, the insert, the fsync, the
+                            event loop seeing it done
+route                       the append done -> a worker takes the batch (the tail, the
+                            wake-up, the worker's turn on the event loop)
+push                        the worker took it -> the body made (``sent``)
+handler                     ``sent`` -> the handler (the broker's HTTP client or the
+                            stream face, the subscriber's server, the SDK's decoding)
+==========================  =========================================================
+
+**CPU (server 2, without the recorder: the code path as shipped).** py-spy samples the
+broker and its fronts (``--subprocesses``, 250 Hz, idle threads not sampled) during the
+same load, and psutil gives each process's CPU seconds. Each sample's stack is mapped to
+a hop by its innermost frame that a rule of ``RULES`` names (module path and function;
+the rules are the code that does each hop); a process's CPU seconds are split between
+hops in proportion to its samples, summed over processes, and divided by the events:
+ms of CPU per event per hop. The HTTP server's own work (uvicorn, ``tidings.http1``,
+Starlette, the transports) serves both the client's connections and, in the broker, the
+fronts' private socket: it is one row, ``HTTP/WebSocket server``. The clients' process
+(publisher and subscriber, this one) is sampled too when py-spy may attach to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bench._harness import Server
+from bench.live_plane import paced_publishes
+from bench.stream import paced_stream_publishes
+from tidings.client import EventNotification
+
+HOPS = ("client -> server", "parse and check", "front -> broker", "auth, rights, schemas", "commit", "route", "push",
+        "handler")
+END = "end to end"
+ANSWERED = "push answered (handler -> the broker has the answer)"
+
+
+# -- latency --------------------------------------------------------------------------------
+
+async def _load(srv: Server, rate: float, seconds: float, stream: bool,
+                handle: Callable[[EventNotification], None]) -> None:
+    n = max(20, int(rate * seconds))
+    if stream:
+        await paced_stream_publishes(srv, rate, n, handle, time.time_ns)
+    else:
+        await paced_publishes(srv, rate, n, handle, time.time_ns)
+
+
+def _flush(pid: int, folder: Path) -> list[Any]:
+    """Every process's records: SIGUSR2 to the broker and its fronts, then their files."""
+    import psutil
+
+    procs = [pid] + [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    before = set(folder.glob("*.msgpack"))
+    for p in procs:
+        os.kill(p, signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        new = set(folder.glob("*.msgpack")) - before
+        if {f.name.split("-")[1] for f in new} >= {str(p) for p in procs}:
+            break
+        time.sleep(0.05)
+    out: list[Any] = []
+    for f in sorted(folder.glob("*.msgpack")):
+        out.extend(msgspec.msgpack.decode(f.read_bytes()))
+    return out
+
+
+def _join(handled: list[tuple[int, int, int, int, int]], records: list[Any]) -> dict[str, dict[str, list[float]]]:
+    """Per path (``front``, ``broker``), per hop, the ms of each event."""
+    first: dict[int, tuple[str, int]] = {}
+    internal: dict[int, int] = {}
+    pub: dict[int, tuple[int, int, int, int]] = {}
+    push: dict[int, tuple[int, int]] = {}
+    for r in records:
+        if r[0] == "in":
+            _, role, i, t0, _t1 = r
+            if role == "internal":
+                internal[i] = t0
+            else:
+                first[i] = (role, t0)
+        elif r[0] == "pub":
+            pub[r[1]] = (r[2], r[3], r[4], r[5])
+        elif r[0] == "push":
+            for i in r[2]:
+                push.setdefault(i, (r[3], r[4]))  # a retry's record comes later
+    out: dict[str, dict[str, list[float]]] = {}
+    for eid, t_call, received, sent, t_handler in handled:
+        if eid not in first or eid not in pub or eid not in push:
+            continue
+        role, t_in = first[eid]
+        t_receive, t_commit, t_committed, _t_end = pub[eid]
+        t_push, t_answer = push[eid]
+        via_front = role == "front" and eid in internal
+        path = "front" if via_front else "broker"
+        stamps: dict[str, tuple[int, int]] = {"client -> server": (t_call, t_in)}
+        if via_front and received < internal[eid]:  # HTTP: the front parsed
+            stamps["parse and check"] = (t_in, received)
+            stamps["front -> broker"] = (received, internal[eid])
+            stamps["auth, rights, schemas"] = (internal[eid], t_commit)
+        elif via_front:  # the stream: the front relays messages, the broker parses
+            stamps["front -> broker"] = (t_in, internal[eid])
+            stamps["parse and check"] = (internal[eid], received)
+            stamps["auth, rights, schemas"] = (received, t_commit)
+        else:
+            stamps["parse and check"] = (t_in, received)
+            stamps["auth, rights, schemas"] = (received, t_commit)
+        # A group commit's batch-mate may hand this event to delivery before its own
+        # publisher's task resumes: the append then ended, for this event, by its push.
+        done = min(t_committed, t_push)
+        stamps["commit"] = (t_commit, done)
+        stamps["route"] = (done, t_push)
+        stamps["push"] = (t_push, sent)
+        stamps["handler"] = (sent, t_handler)
+        stamps[END] = (t_call, t_handler)
+        stamps[ANSWERED] = (t_handler, t_answer)
+        d = out.setdefault(path, collections.defaultdict(list))
+        for hop, (a, b) in stamps.items():
+            d[hop].append((b - a) / 1e6)
+        _ = t_receive
+    return out
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def _fmt(ms: float) -> str:
+    return f"{ms:.3f}" if abs(ms) < 1 else f"{ms:.2f}" if abs(ms) < 10 else f"{ms:.1f}"
+
+
+def latency_table(by_path: dict[str, dict[str, list[float]]]) -> str:
+    """Per hop: p50 / p99 / p99.9 (ms) of all events, and of each path with its share."""
+    total = sum(len(d[END]) for d in by_path.values())
+    every: dict[str, list[float]] = collections.defaultdict(list)
+    for d in by_path.values():
+        for hop, xs in d.items():
+            every[hop].extend(xs)
+    paths = [p for p in ("front", "broker") if p in by_path]
+    head = ["hop", f"all {total} events"] + [
+        f"via {'a front' if p == 'front' else 'the broker'} ({len(by_path[p][END])})" for p in paths]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for hop in (*HOPS, END, ANSWERED):
+        cells = [hop]
+        for d in (every, *(by_path[p] for p in paths)):
+            xs = d.get(hop)
+            cells.append(" / ".join(_fmt(_pct(xs, p)) for p in (0.5, 0.99, 0.999)) if xs else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def measure_latency(rate: float, seconds: float, stream: bool) -> tuple[dict[str, dict[str, list[float]]], int]:
+    handled: list[tuple[int, int, int, int, int]] = []
+
+    def handle(n: EventNotification) -> None:
+        now = time.time_ns()
+        h = dict(n.headers)
+        handled.append((n.eventId, n.data["Map"][0][1]["Nat"], h["icrc72:broadcaster:received"]["Nat"],
+                        h["icrc72:broadcaster:sent"]["Nat"], now))
+
+    with tempfile.TemporaryDirectory(prefix="bench-hops-") as d:
+        folder = Path(d) / "hops"
+        folder.mkdir()
+        with Server(Path(d) / "data", {"TIDINGS_HOPS_DIR": str(folder)}) as srv:
+            assert srv.proc is not None
+            asyncio.run(_load(srv, rate, seconds, stream, handle))
+            records = _flush(srv.proc.pid, folder)
+    handled.sort(key=lambda r: r[1])
+    handled = handled[len(handled) // 10:]  # the first tenth warms up
+    return _join(handled, records), len(records)
+
+
+# -- CPU ------------------------------------------------------------------------------------
+
+SERVER = "HTTP/WebSocket server"
+LOOP = "event loop, socket I/O in C (uvloop)"
+RECORDS = "delivery records (after the answer)"
+OTHER = "other"
+# (substring of the frame's file, function or None for any): the hop. The innermost frame
+# a rule names decides.
+RULES: list[tuple[str, str | None, str]] = [
+    # the fronts' half
+    ("tidings/front/app.py", "_prepare", "parse and check"),
+    ("tidings/core/ingest.py", None, "parse and check"),
+    ("tidings/core/values.py", None, "parse and check"),
+    ("tidings/bodies.py", None, SERVER),
+    ("tidings/front/app.py", None, "front -> broker"),  # publish, relay, upstream, the WebSocket relay
+    ("tidings/api/internal.py", None, "front -> broker"),
+    # the broker's
+    ("tidings/broker/push.py", None, "push"),
+    ("tidings/broker/push_body.py", None, "push"),
+    ("tidings/broker/signing.py", None, "push"),
+    ("tidings/core/webhooks.py", None, "push"),
+    ("tidings/outbound.py", None, "push"),
+    ("tidings/api/stream.py", "push", "push"),
+    ("tidings/api/stream.py", "_send_raw", "push"),  # its answers' too, a few bytes each
+    ("tidings/broker/auth.py", None, "auth, rights, schemas"),
+    ("tidings/broker/authorization.py", None, "auth, rights, schemas"),
+    ("tidings/broker/orchestrator.py", None, "auth, rights, schemas"),
+    ("tidings/schemas/", None, "auth, rights, schemas"),
+    ("tidings/store/_sqlite_deliveries.py", None, RECORDS),
+    ("tidings/store/", None, "commit"),
+    ("tidings/broker/broadcaster.py", "publish", "parse and check"),
+    ("tidings/broker/broadcaster.py", None, "auth, rights, schemas"),
+    ("tidings/broker/direct.py", "_record_confirmed", RECORDS),
+    ("tidings/broker/behind.py", None, RECORDS),
+    ("tidings/broker/accounting.py", None, RECORDS),
+    ("tidings/broker/direct.py", None, "push"),
+    ("tidings/broker/tail.py", None, "route"),
+    ("tidings/broker/routing.py", None, "route"),
+    ("tidings/broker/worker.py", None, "route"),
+    ("tidings/broker/delivery.py", None, "route"),
+    ("tidings/broker/confirmation.py", None, "route"),
+    ("tidings/broker/service.py", "_appended", "route"),
+    ("tidings/broker/service.py", "_logged", "route"),
+    ("tidings/api/stream.py", "_read_loop", "parse and check"),
+    ("tidings/api/stream.py", "_commit_loop", "auth, rights, schemas"),
+    ("tidings/api/", None, "parse and check"),  # the public handlers: decode the request
+    ("tidings/http1.py", None, SERVER),
+    ("uvicorn/", None, SERVER),
+    ("starlette/", None, SERVER),
+    ("websockets/", None, SERVER),
+    ("h11/", None, SERVER),
+    ("httptools/", None, SERVER),
+]
+BROKER_ONLY: list[tuple[str, str | None, str]] = [("aiohttp/", None, "push")]  # its HTTP client: pushes
+FRONT_ONLY: list[tuple[str, str | None, str]] = [("aiohttp/", None, "front -> broker")]  # to the broker
+# The clients' process (this one): the subscriber's side, else the publisher's and the loop.
+CLIENT_RULES: list[tuple[str, str | None, str]] = [
+    ("bench/hops.py", "handle", "handler"),
+    ("tidings/client/_subscriber.py", None, "handler"),
+    ("tidings/client/_stream.py", None, "client -> server"),
+    ("uvicorn/", None, "handler"),
+    ("httptools/", None, "handler"),
+]
+
+
+def _frame(f: str) -> tuple[str, str]:
+    """py-spy's ``function (file:line)``: (file, function)."""
+    fn, _, where = f.partition(" (")
+    return where.rsplit(":", 1)[0], fn
+
+
+def classify(frames: list[str], rules: list[tuple[str, str | None, str]], default: str) -> str:
+    for f in reversed(frames):
+        file, fn = _frame(f)
+        for part, func, hop in rules:
+            if part in file and (func is None or fn == func):
+                return hop
+    return default
+
+
+def _main_thread(frames: list[str]) -> bool:
+    """The event loop's thread (the others start in ``threading``: the SQLite writer, the read pool)."""
+    return not any("threading.py" in f for f in frames[:3])
+
+
+def split_samples(raw: Path, broker: int) -> dict[tuple[int, bool], collections.Counter[str]]:
+    """Samples per (process, main thread or not), per hop, from py-spy's ``--subprocesses``
+    raw output (``process N:"cmd";[process M:"cmd";]frames... count``)."""
+    out: dict[tuple[int, bool], collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack:
+            continue
+        frames = stack.split(";")
+        k = 0
+        while k < len(frames) and frames[k].startswith("process "):
+            k += 1
+        if k == 0:
+            continue
+        pid = int(frames[k - 1].split()[1].split(":")[0])
+        rules = RULES + (BROKER_ONLY if pid == broker else FRONT_ONLY)
+        fr = frames[k:]
+        main = _main_thread(fr)
+        hop = classify(fr, rules, LOOP if main and any("Runner.run" in f for f in fr[-1:]) else OTHER)
+        out[(pid, main)][hop] += int(n)
+    return out
+
+
+def _cpu_by_thread(pid: int) -> dict[tuple[int, bool], float]:
+    """CPU seconds per (process, main thread or not): the broker and its fronts."""
+    import psutil
+
+    out: dict[tuple[int, bool], float] = {}
+    for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        try:
+            threads = p.threads()
+        except psutil.Error:
+            continue
+        out[(p.pid, True)] = sum(t.user_time + t.system_time for t in threads if t.id == p.pid)
+        out[(p.pid, False)] = sum(t.user_time + t.system_time for t in threads if t.id != p.pid)
+    return out
+
+
+def measure_cpu(rate: float, seconds: float, stream: bool, sample: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """ms of CPU per event per hop (server processes), and the totals by process."""
+    import psutil
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if sample and not Path(spy).exists():
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
+    count = 0
+
+    def handle(n: EventNotification) -> None:
+        nonlocal count
+        count += 1
+
+    with tempfile.TemporaryDirectory(prefix="bench-hops-cpu-") as d, Server(Path(d) / "data") as srv:
+        assert srv.proc is not None
+        broker = srv.proc.pid
+        time.sleep(1.0)  # the fronts are up
+        raw, mine = Path(d) / "server.txt", Path(d) / "clients.txt"
+        recs = []
+        if sample:
+            base = [spy, "record", "-f", "raw", "-r", "250", "-d", str(int(seconds) + 3), "--nonblocking"]
+            recs.append(subprocess.Popen([*base, "-p", str(broker), "--subprocesses", "-o", str(raw)],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            recs.append(subprocess.Popen([*base, "-p", str(os.getpid()), "-o", str(mine)],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(0.7)  # attached before the load starts
+        cpu0, me0 = _cpu_by_thread(broker), psutil.Process().cpu_times()
+        t0 = time.monotonic()
+        asyncio.run(_load(srv, rate, seconds, stream, handle))
+        elapsed = time.monotonic() - t0
+        cpu1, me1 = _cpu_by_thread(broker), psutil.Process().cpu_times()
+        for r in recs:
+            r.send_signal(signal.SIGINT)  # py-spy writes what it has
+        for r in recs:
+            try:
+                r.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                r.kill()
+        keep = os.environ.get("BENCH_HOPS_KEEP")
+        if keep:  # the raw samples, for a look at the stacks behind the rules
+            for f in (raw, mine):
+                if f.exists():
+                    shutil.copy(f, Path(keep) / f"{'stream' if stream else 'http'}-{f.name}")
+        used = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+        clients = (me1.user + me1.system) - (me0.user + me0.system)
+        events = max(1, count)
+        per_hop: dict[str, float] = collections.defaultdict(float)
+        samples = split_samples(raw, broker) if sample and raw.exists() else {}
+        for k, secs in used.items():
+            got = samples.get(k)
+            if not got:
+                per_hop["(not sampled)"] += 1e3 * secs / events
+                continue
+            n = sum(got.values())
+            for hop, c in got.items():
+                per_hop[hop] += 1e3 * secs * c / n / events
+        client_hops: dict[str, float] = {}
+        if sample and mine.exists():
+            cc: collections.Counter[str] = collections.Counter()
+            for line in mine.read_text().splitlines():
+                stack, _, n = line.rpartition(" ")
+                if stack:
+                    cc[classify(stack.split(";")[1:], CLIENT_RULES, "client -> server")] += int(n)
+            tot = sum(cc.values())
+            client_hops = {h: 1e3 * clients * c / tot / events for h, c in cc.items()} if tot else {}
+        totals = {
+            "events": count, "elapsed_s": elapsed,
+            "broker_ms": 1e3 * sum(v for (p, _), v in used.items() if p == broker) / events,
+            "fronts_ms": 1e3 * sum(v for (p, _), v in used.items() if p != broker) / events,
+            "writer_ms": 1e3 * used.get((broker, False), 0.0) / events,
+            "clients_ms": 1e3 * clients / events, "client_hops": client_hops,
+            "samples": sum(sum(c.values()) for c in samples.values()),
+        }
+        return dict(per_hop), totals
+
+
+def cpu_table(per_hop: dict[str, float], totals: dict[str, Any]) -> str:
+    lines = ["| hop | server CPU, ms per event | clients' process, ms per event |", "|---|---|---|"]
+    ch = totals.get("client_hops", {})
+    for hop in (*HOPS, RECORDS, SERVER, LOOP, OTHER, "(not sampled)"):
+        if hop in per_hop or hop in ch:
+            s = f"{per_hop[hop]:.3f}" if hop in per_hop else "-"
+            c = f"{ch[hop]:.3f}" if hop in ch else "-"
+            lines.append(f"| {hop} | {s} | {c} |")
+    server = totals["broker_ms"] + totals["fronts_ms"]
+    lines.append(f"| all | {server:.3f} (broker {totals['broker_ms']:.3f}, of which its other threads "
+                 f"{totals['writer_ms']:.3f}; fronts {totals['fronts_ms']:.3f}) | {totals['clients_ms']:.3f} |")
+    return "\n".join(lines)
+
+
+def run(rate: float, seconds: float, stream: bool, sample: bool = True) -> None:
+    import psutil
+
+    face = "stream (/v1/stream both sides)" if stream else "HTTP (icrc72_publish -> SDK Subscriber)"
+    print(f"hops: {face}, {rate:,.0f} events/s for {seconds:g} s, {os.cpu_count()} cores, "
+          f"load average {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
+    by_path, n_records = measure_latency(rate, seconds, stream)
+    print(f"\nlatency per hop, ms p50 / p99 / p99.9 (first tenth not counted; {n_records} server records)")
+    print(latency_table(by_path))
+    per_hop, totals = measure_cpu(rate, seconds, stream, sample)
+    how = "py-spy samples mapped to hops" if sample else "no sampler: per process only"
+    print(f"\nCPU per hop, ms per event ({totals['events']} events in {totals['elapsed_s']:.1f} s; {how}; "
+          f"{totals['samples']} samples)")
+    print(cpu_table(per_hop, totals))
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
