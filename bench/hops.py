@@ -23,8 +23,9 @@ not counted. Hops (a front's connection | the broker's own):
 client -> server            the publish call -> the first app's ASGI call (the client's
                             request, loopback TCP, the event loop, the HTTP parser)
 parse and check             HTTP: that app -> ``received`` (body read, JSON decoded); the
-                            stream through a front: the broker's socket -> ``received``
-                            (the broker's read loop: decode, check, the commit loop's turn)
+                            stream: the broker's app -> ``received`` (its read loop's
+                            decode and check, then the wait for the connection's commit
+                            loop, which stores one batch at a time)
 front -> broker             HTTP: ``received`` -> the broker's private socket (the
                             front's ICRC-16 check, hash, msgpack; aiohttp over the Unix
                             socket; the broker's HTTP); stream: the front's WebSocket
@@ -195,6 +196,10 @@ def latency_table(by_path: dict[str, dict[str, list[float]]]) -> str:
     return "\n".join(lines)
 
 
+SERVER_ENV: dict[str, str] = {}
+"""More environment for every server of the run (``--server-env K=V``: ``TIDINGS_COMMIT_FSYNC=false``)."""
+
+
 def measure_latency(rate: float, seconds: float, stream: bool) -> tuple[dict[str, dict[str, list[float]]], int]:
     handled: list[tuple[int, int, int, int, int]] = []
 
@@ -207,7 +212,7 @@ def measure_latency(rate: float, seconds: float, stream: bool) -> tuple[dict[str
     with tempfile.TemporaryDirectory(prefix="bench-hops-") as d:
         folder = Path(d) / "hops"
         folder.mkdir()
-        with Server(Path(d) / "data", {"TIDINGS_HOPS_DIR": str(folder)}) as srv:
+        with Server(Path(d) / "data", {**SERVER_ENV, "TIDINGS_HOPS_DIR": str(folder)}) as srv:
             assert srv.proc is not None
             asyncio.run(_load(srv, rate, seconds, stream, handle))
             records = _flush(srv.proc.pid, folder)
@@ -339,26 +344,26 @@ def _cpu_by_thread(pid: int) -> dict[tuple[int, bool], float]:
     return out
 
 
-def measure_cpu(rate: float, seconds: float, stream: bool, sample: bool) -> tuple[dict[str, float], dict[str, Any]]:
-    """ms of CPU per event per hop (server processes), and the totals by process."""
+def _phase(rate: float, seconds: float, stream: bool, spy: str | None,
+           keep: str | None) -> tuple[dict[tuple[int, bool], float], float, int, list[float], Any]:
+    """One load on a fresh server without the recorder: CPU seconds per (process, main
+    thread or not), the clients' CPU seconds, the events, their end-to-end ms, and with
+    ``spy`` the samples per (process, main thread or not) per hop and the clients' per hop."""
     import psutil
 
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if sample and not Path(spy).exists():
-        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
-    count = 0
+    e2e: list[tuple[int, float]] = []
 
     def handle(n: EventNotification) -> None:
-        nonlocal count
-        count += 1
+        t = n.data["Map"][0][1]["Nat"]
+        e2e.append((t, (time.time_ns() - t) / 1e6))
 
-    with tempfile.TemporaryDirectory(prefix="bench-hops-cpu-") as d, Server(Path(d) / "data") as srv:
+    with tempfile.TemporaryDirectory(prefix="bench-hops-cpu-") as d, Server(Path(d) / "data", dict(SERVER_ENV)) as srv:
         assert srv.proc is not None
         broker = srv.proc.pid
         time.sleep(1.0)  # the fronts are up
         raw, mine = Path(d) / "server.txt", Path(d) / "clients.txt"
         recs = []
-        if sample:
+        if spy is not None:
             base = [spy, "record", "-f", "raw", "-r", "250", "-d", str(int(seconds) + 3), "--nonblocking"]
             recs.append(subprocess.Popen([*base, "-p", str(broker), "--subprocesses", "-o", str(raw)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -366,9 +371,7 @@ def measure_cpu(rate: float, seconds: float, stream: bool, sample: bool) -> tupl
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(0.7)  # attached before the load starts
         cpu0, me0 = _cpu_by_thread(broker), psutil.Process().cpu_times()
-        t0 = time.monotonic()
         asyncio.run(_load(srv, rate, seconds, stream, handle))
-        elapsed = time.monotonic() - t0
         cpu1, me1 = _cpu_by_thread(broker), psutil.Process().cpu_times()
         for r in recs:
             r.send_signal(signal.SIGINT)  # py-spy writes what it has
@@ -377,42 +380,66 @@ def measure_cpu(rate: float, seconds: float, stream: bool, sample: bool) -> tupl
                 r.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 r.kill()
-        keep = os.environ.get("BENCH_HOPS_KEEP")
         if keep:  # the raw samples, for a look at the stacks behind the rules
             for f in (raw, mine):
                 if f.exists():
                     shutil.copy(f, Path(keep) / f"{'stream' if stream else 'http'}-{f.name}")
         used = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
         clients = (me1.user + me1.system) - (me0.user + me0.system)
-        events = max(1, count)
-        per_hop: dict[str, float] = collections.defaultdict(float)
-        samples = split_samples(raw, broker) if sample and raw.exists() else {}
-        for k, secs in used.items():
-            got = samples.get(k)
-            if not got:
-                per_hop["(not sampled)"] += 1e3 * secs / events
-                continue
-            n = sum(got.values())
-            for hop, c in got.items():
-                per_hop[hop] += 1e3 * secs * c / n / events
-        client_hops: dict[str, float] = {}
-        if sample and mine.exists():
+        samples: Any = None
+        if spy is not None and raw.exists():
             cc: collections.Counter[str] = collections.Counter()
-            for line in mine.read_text().splitlines():
-                stack, _, n = line.rpartition(" ")
-                if stack:
-                    cc[classify(stack.split(";")[1:], CLIENT_RULES, "client -> server")] += int(n)
-            tot = sum(cc.values())
-            client_hops = {h: 1e3 * clients * c / tot / events for h, c in cc.items()} if tot else {}
-        totals = {
-            "events": count, "elapsed_s": elapsed,
-            "broker_ms": 1e3 * sum(v for (p, _), v in used.items() if p == broker) / events,
-            "fronts_ms": 1e3 * sum(v for (p, _), v in used.items() if p != broker) / events,
-            "writer_ms": 1e3 * used.get((broker, False), 0.0) / events,
-            "clients_ms": 1e3 * clients / events, "client_hops": client_hops,
-            "samples": sum(sum(c.values()) for c in samples.values()),
-        }
-        return dict(per_hop), totals
+            if mine.exists():
+                for line in mine.read_text().splitlines():
+                    stack, _, n = line.rpartition(" ")
+                    if stack:
+                        cc[classify(stack.split(";")[1:], CLIENT_RULES, "client -> server")] += int(n)
+            samples = (split_samples(raw, broker), cc, {p for p, _ in used})
+        lat = [ms for _, ms in sorted(e2e)[len(e2e) // 10:]]
+        return used, clients, len(e2e), lat, (broker, samples)
+
+
+def measure_cpu(rate: float, seconds: float, stream: bool, sample: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """ms of CPU per event per hop (server processes), and the totals by process: the CPU
+    from a load with nothing attached, split by the shares of py-spy's samples in a second
+    load on another fresh server (the sampler slows every process; its run's CPU is not used)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if sample and not Path(spy).exists():
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
+    keep = os.environ.get("BENCH_HOPS_KEEP")
+    used, clients, count, lat, (broker, _) = _phase(rate, seconds, stream, None, keep)
+    sampled_lat: list[float] = []
+    shares: dict[tuple[str, bool], collections.Counter[str]] = {}
+    client_shares: collections.Counter[str] = collections.Counter()
+    if sample:
+        _, _, _, sampled_lat, (b2, got) = _phase(rate, seconds, stream, spy, keep)
+        if got is not None:
+            by_thread, client_shares, _pids = got
+            # The processes of the two servers differ: matched by role (the broker, a front).
+            for (p, main), c in by_thread.items():
+                shares.setdefault(("broker" if p == b2 else "front", main), collections.Counter()).update(c)
+    events = max(1, count)
+    per_hop: dict[str, float] = collections.defaultdict(float)
+    for (p, main), secs in used.items():
+        got_c = shares.get(("broker" if p == broker else "front", main))
+        if not got_c:
+            per_hop["(not sampled)"] += 1e3 * secs / events
+            continue
+        n = sum(got_c.values())
+        for hop, c in got_c.items():
+            per_hop[hop] += 1e3 * secs * c / n / events
+    tot = sum(client_shares.values())
+    totals = {
+        "events": count,
+        "broker_ms": 1e3 * sum(v for (p, _), v in used.items() if p == broker) / events,
+        "fronts_ms": 1e3 * sum(v for (p, _), v in used.items() if p != broker) / events,
+        "writer_ms": 1e3 * used.get((broker, False), 0.0) / events,
+        "clients_ms": 1e3 * clients / events,
+        "client_hops": {h: 1e3 * clients * c / tot / events for h, c in client_shares.items()} if tot else {},
+        "samples": sum(sum(c.values()) for c in shares.values()),
+        "end_to_end": lat, "end_to_end_sampled": sampled_lat,
+    }
+    return dict(per_hop), totals
 
 
 def cpu_table(per_hop: dict[str, float], totals: dict[str, Any]) -> str:
@@ -433,14 +460,21 @@ def run(rate: float, seconds: float, stream: bool, sample: bool = True) -> None:
     import psutil
 
     face = "stream (/v1/stream both sides)" if stream else "HTTP (icrc72_publish -> SDK Subscriber)"
+    if SERVER_ENV:
+        face += ", server with " + " ".join(f"{k}={v}" for k, v in SERVER_ENV.items())
     print(f"hops: {face}, {rate:,.0f} events/s for {seconds:g} s, {os.cpu_count()} cores, "
           f"load average {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
     by_path, n_records = measure_latency(rate, seconds, stream)
     print(f"\nlatency per hop, ms p50 / p99 / p99.9 (first tenth not counted; {n_records} server records)")
     print(latency_table(by_path))
     per_hop, totals = measure_cpu(rate, seconds, stream, sample)
-    how = "py-spy samples mapped to hops" if sample else "no sampler: per process only"
-    print(f"\nCPU per hop, ms per event ({totals['events']} events in {totals['elapsed_s']:.1f} s; {how}; "
-          f"{totals['samples']} samples)")
+    how = ("CPU of a load with nothing attached, split by py-spy's samples of a second load" if sample
+           else "no sampler: per process only")
+    print(f"\nCPU per hop, ms per event ({totals['events']} events; {how}; {totals['samples']} samples)")
     print(cpu_table(per_hop, totals))
+    for key, what in (("end_to_end", "no recorder, nothing attached"), ("end_to_end_sampled", "py-spy attached")):
+        xs = totals[key]
+        if xs:
+            print(f"end to end with {what}, ms p50 / p99 / p99.9: "
+                  + " / ".join(_fmt(_pct(xs, p)) for p in (0.5, 0.99, 0.999)))
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")

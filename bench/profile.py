@@ -255,10 +255,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="TIDINGS_WORKERS of the server (0: one per core)")
     ap.add_argument("--cpu-only", "--no-sample", action="store_true",
                     help="no py-spy: only each process's CPU per event")
+    ap.add_argument("--server-env", action="append", default=[], metavar="K=V",
+                    help="hops: more environment for the server (TIDINGS_COMMIT_FSYNC=false)")
     a = ap.parse_args()
     if a.what == "hops":
         from bench import hops
 
+        hops.SERVER_ENV.update(kv.split("=", 1) for kv in a.server_env)
         hops.run(a.rate, a.seconds, a.stream, sample=not a.cpu_only)
     elif a.what == "split":
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
