@@ -4,9 +4,10 @@
     .venv/bin/python -m bench.profile hops --rate 1000 --stream   # Stream publish -> Stream handler
     .venv/bin/python -m bench.profile hops --no-sample            # CPU per process only, no py-spy
 
-Two phases on two servers (``tidings serve``, default ``TIDINGS_WORKERS``: the broker and
-a front per further core), each ``--seconds`` of single-event publishes at ``--rate``,
-every publish its own task, one trusted subscription (the latency scenario's clients).
+Three loads, each on a fresh server (``tidings serve``, default ``TIDINGS_WORKERS``: the
+broker and a front per further core), each ``--seconds`` of single-event publishes at
+``--rate``, every publish its own task, to one trusted subscription (the clients of the
+latency scenarios: ``bench.live_plane.paced_publishes``, ``bench.stream.paced_stream_publishes``).
 
 **Latency (server 1, with ``TIDINGS_HOPS_DIR``).** The server records wall-clock stamps
 (``time.time_ns``, one clock for every process of the host) in memory, at points it
@@ -41,16 +42,33 @@ handler                     ``sent`` -> the handler (the broker's HTTP client or
                             stream face, the subscriber's server, the SDK's decoding)
 ==========================  =========================================================
 
-**CPU (server 2, without the recorder: the code path as shipped).** py-spy samples the
-broker and its fronts (``--subprocesses``, 250 Hz, idle threads not sampled) during the
-same load, and psutil gives each process's CPU seconds. Each sample's stack is mapped to
-a hop by its innermost frame that a rule of ``RULES`` names (module path and function;
-the rules are the code that does each hop); a process's CPU seconds are split between
-hops in proportion to its samples, summed over processes, and divided by the events:
-ms of CPU per event per hop. The HTTP server's own work (uvicorn, ``tidings.http1``,
-Starlette, the transports) serves both the client's connections and, in the broker, the
-fronts' private socket: it is one row, ``HTTP/WebSocket server``. The clients' process
-(publisher and subscriber, this one) is sampled too when py-spy may attach to it.
+**CPU (servers 2 and 3, without the recorder: the code path as shipped).** Two more
+loads, each on a fresh server. During the first nothing is attached: psutil gives the CPU
+seconds of each process's event-loop thread and of its other threads together (the
+broker's SQLite writer and read pool), and of this process (the clients: publisher and
+subscriber, one figure). During the second, py-spy samples the broker and its fronts
+(``--subprocesses``, 100 Hz; idle threads are not sampled, so a sample is a thread on a
+core or waiting for one). Each sample's stack goes to a hop by its innermost frame that a
+rule of ``RULES`` names (module and function: the code that does the hop; a module of
+``tidings/broker`` in any of its subpackages). The first load's CPU seconds of each
+(role, thread) are split in the proportions of that (role, thread)'s samples in the
+second, summed, and divided by the events: ms of CPU per event per hop. Two loads
+because the sampler itself takes enough of two shared cores to slow every process;
+its run's CPU is not used, only its proportions. Rows that no single hop owns:
+
+* ``HTTP/WebSocket server``: uvicorn, ``tidings.http1``, Starlette and the WebSocket
+  protocol, for the clients' connections and, in the broker, for the fronts' private
+  socket too (the same frames);
+* ``event loop, socket I/O in C (uvloop)``: samples whose innermost Python frame is the
+  loop's own run: uvloop's C code, the socket reads and writes of every hop, in kernel
+  time mostly;
+* ``delivery records``: the record of a confirmed push, after the subscriber answered;
+* the SQLite writer thread's C code (the insert, the commit, its fsync's CPU) is
+  ``commit``; with delivery records it commits those too, in the same transactions.
+
+Sample proportions on a loaded host favour threads that wait for a core (a sample is
+taken of a runnable thread too); read the CPU rows as an estimate within about 10%, the
+small ones as an order of magnitude.
 """
 
 from __future__ import annotations
@@ -292,11 +310,19 @@ def _frame(f: str) -> tuple[str, str]:
     return where.rsplit(":", 1)[0], fn
 
 
+def _matches(part: str, file: str) -> bool:
+    """``tidings/broker/x.py`` matches x.py in any subpackage of ``tidings/broker`` (its
+    modules move between rooms); other parts match as substrings of the frame's file."""
+    if part.startswith("tidings/broker/") and part.endswith(".py"):
+        return "tidings/broker/" in file and file.rsplit("/", 1)[-1] == part.rsplit("/", 1)[-1]
+    return part in file
+
+
 def classify(frames: list[str], rules: list[tuple[str, str | None, str]], default: str) -> str:
     for f in reversed(frames):
         file, fn = _frame(f)
         for part, func, hop in rules:
-            if part in file and (func is None or fn == func):
+            if (func is None or fn == func) and _matches(part, file):
                 return hop
     return default
 
@@ -344,6 +370,9 @@ def _cpu_by_thread(pid: int) -> dict[tuple[int, bool], float]:
     return out
 
 
+SAMPLE_HZ = 100
+
+
 def _phase(rate: float, seconds: float, stream: bool, spy: str | None,
            keep: str | None) -> tuple[dict[tuple[int, bool], float], float, int, list[float], Any]:
     """One load on a fresh server without the recorder: CPU seconds per (process, main
@@ -364,10 +393,10 @@ def _phase(rate: float, seconds: float, stream: bool, spy: str | None,
         raw, mine = Path(d) / "server.txt", Path(d) / "clients.txt"
         recs = []
         if spy is not None:
-            base = [spy, "record", "-f", "raw", "-r", "250", "-d", str(int(seconds) + 3), "--nonblocking"]
+            # 100 Hz, and not the clients' process: at 250 Hz on three processes the sampler
+            # took enough of two shared cores to put the load seconds behind.
+            base = [spy, "record", "-f", "raw", "-r", str(SAMPLE_HZ), "-d", str(int(seconds) + 3), "--nonblocking"]
             recs.append(subprocess.Popen([*base, "-p", str(broker), "--subprocesses", "-o", str(raw)],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            recs.append(subprocess.Popen([*base, "-p", str(os.getpid()), "-o", str(mine)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(0.7)  # attached before the load starts
         cpu0, me0 = _cpu_by_thread(broker), psutil.Process().cpu_times()

@@ -78,3 +78,18 @@ def test_a_push_under_the_recorder_carries_the_headers_it_carries_without_it(tmp
     rec.flush()
     assert [r[:2] for r in hops.msgspec.msgpack.decode(next(tmp_path.glob("hops-*.msgpack")).read_bytes())] == [
         ["pub", 41]]
+
+
+def test_every_rule_names_code_that_exists() -> None:
+    """The CPU split maps py-spy's frames to hops by module: a module renamed or moved out
+    of its package would silently fall to "other"."""
+    src = ROOT / "src"
+    for part, _func, _hop in hops.RULES:
+        if not part.startswith("tidings/"):
+            continue
+        if part.startswith("tidings/broker/") and part.endswith(".py"):
+            assert list((src / "tidings/broker").rglob(part.rsplit("/", 1)[-1])), part
+        else:
+            assert (src / part).exists(), part
+    frame = "Push.post (tidings/broker/delivery/push.py:97)"
+    assert hops.classify([frame], hops.RULES, "none") == "push"  # in any subpackage of the broker
