@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.profile hops --rate 1000            # HTTP publish -> SDK Subscriber
     .venv/bin/python -m bench.profile hops --rate 1000 --stream   # Stream publish -> Stream handler
     .venv/bin/python -m bench.profile hops --no-sample            # CPU per process only, no py-spy
+    .venv/bin/python -m bench.profile hops --jetstream            # and the same load on JetStream after
 
 Three loads, each on a fresh server (``tidings serve``, default ``TIDINGS_WORKERS``: the
 broker and a front per further core), each ``--seconds`` of single-event publishes at
@@ -485,7 +486,33 @@ def cpu_table(per_hop: dict[str, float], totals: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(rate: float, seconds: float, stream: bool, sample: bool = True) -> None:
+def jetstream(rate: float, seconds: float) -> str:
+    """The same load on NATS JetStream (the latency scenario's: ``js.publish`` awaiting its
+    ack, a durable push consumer), with the CPU per event of ``nats-server`` and of this
+    process (psutil): the peer's figures beside tidings', from the same run."""
+    import psutil
+
+    from bench.peers_latency import nats_latency
+
+    server = next((p for p in psutil.process_iter(["name"]) if p.info["name"] == "nats-server"), None)
+    if server is None:
+        return "JetStream: skipped (no nats-server process on this host)"
+    me = psutil.Process()
+    c0, m0 = server.cpu_times(), me.cpu_times()
+    try:
+        r = asyncio.run(nats_latency(rate, seconds, 0.1 * seconds))
+    except Exception as e:  # the peer is optional, as in python -m bench
+        return f"JetStream: skipped ({type(e).__name__}: {e})"
+    c1, m1 = server.cpu_times(), me.cpu_times()
+    n = max(1, int(r.get("sent", rate * seconds)))
+    srv = 1e3 * ((c1.user + c1.system) - (c0.user + c0.system)) / n
+    cli = 1e3 * ((m1.user + m1.system) - (m0.user + m0.system)) / n
+    return (f"JetStream, same rate and clients' loop: end to end ms p50 / p99 / p99.9 {_fmt(r['p50_ms'])} / "
+            f"{_fmt(r['p99_ms'])} / {_fmt(r['p999_ms'])}; CPU per event: nats-server {srv:.3f} ms, "
+            f"clients' process {cli:.3f} ms")
+
+
+def run(rate: float, seconds: float, stream: bool, sample: bool = True, peer: bool = False) -> None:
     import psutil
 
     face = "stream (/v1/stream both sides)" if stream else "HTTP (icrc72_publish -> SDK Subscriber)"
@@ -506,4 +533,6 @@ def run(rate: float, seconds: float, stream: bool, sample: bool = True) -> None:
         if xs:
             print(f"end to end with {what}, ms p50 / p99 / p99.9: "
                   + " / ".join(_fmt(_pct(xs, p)) for p in (0.5, 0.99, 0.999)))
+    if peer:
+        print(jetstream(rate, seconds))
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")

@@ -257,12 +257,13 @@ def main() -> None:
                     help="no py-spy: only each process's CPU per event")
     ap.add_argument("--server-env", action="append", default=[], metavar="K=V",
                     help="hops: more environment for the server (TIDINGS_COMMIT_FSYNC=false)")
+    ap.add_argument("--jetstream", action="store_true", help="hops: the same load on NATS JetStream, with its CPU")
     a = ap.parse_args()
     if a.what == "hops":
         from bench import hops
 
         hops.SERVER_ENV.update(kv.split("=", 1) for kv in a.server_env)
-        hops.run(a.rate, a.seconds, a.stream, sample=not a.cpu_only)
+        hops.run(a.rate, a.seconds, a.stream, sample=not a.cpu_only, peer=a.jetstream)
     elif a.what == "split":
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
             asyncio.run(split(srv, a.rate, a.seconds, a.stream))
