@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from ..bodies import read_body
 from ..broker import Broker
-from ..broker.forwarding import RELAY_HEADER, RelayBatch, Relayed, verify
+from ..broker.cluster import RELAY_HEADER, RelayBatch, Relayed, verify
 from ..core.undecodable import UNDECODABLE
 from ..errors import ApiError, BadRequest, Forbidden, StoreUnavailable
 from ..store import PrincipalRecord
