@@ -15,12 +15,10 @@ from ._accounting import counted
 from ._dead_letters import DeadLetters
 from ._delivery import Delivery
 from ._handshake import Handshake
+from ._notes import Gone, Note, Pushed, RoutedTo, taken_whole
 from ._push import Leases, Transport
-from ._redelivery import taken_whole
-from ._routing import RoutedTo
 from ._signing import Signing
 from ._tail import Tail
-from ._worker import Gone, Note, Pushed
 from ._yielding import LiveFirst
 
 __all__ = [

@@ -8,15 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import LeaseLost
 from ...store import Fence, SubscriptionRecord
 from ._accounting import per_notification_stats
-from ._redelivery import Note
-
-if TYPE_CHECKING:
-    from ._delivery import Delivery
+from ._notes import Note
+from ._ports import BehindHub
 
 __all__ = ["Behind"]
 
@@ -26,7 +24,7 @@ log = logging.getLogger("tidings.delivery")
 class Behind:
     """The write-behind half of a subscription's worker (``worker.Worker``)."""
 
-    d: Delivery
+    d: BehindHub
     sub: SubscriptionRecord
     fence: Fence | None
     settling: set[asyncio.Task[Any]]

@@ -13,21 +13,18 @@ any id that is not the caller's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from ...core.wire import ConfirmResult, ItemResult, err, ok
 from ...store import PendingNotification, PrincipalRecord, Stat, SubscriptionRecord
-
-if TYPE_CHECKING:
-    from ._delivery import Delivery
+from ._ports import ConfirmHub
 
 __all__ = ["confirm"]
 
 
 async def confirm(
-    d: Delivery, caller: PrincipalRecord, ids: Sequence[int], subscriptions: Mapping[int, SubscriptionRecord]
+    d: ConfirmHub, caller: PrincipalRecord, ids: Sequence[int], subscriptions: Mapping[int, SubscriptionRecord]
 ) -> ConfirmResult:
     unique = list(dict.fromkeys(ids))
     pending = {p.id: p for p in await d.store.get_notifications(unique)}

@@ -55,10 +55,11 @@ from ..registry import Registry
 from . import _confirmation as confirmation
 from ._accounting import event_stats
 from ._direct import NoteIds
+from ._notes import Gone, Note, Pushed, RoutedTo
 from ._push import Leases, Push, Transport
-from ._routing import RoutedTo, Router
+from ._routing import Router
 from ._tail import Tail
-from ._worker import Gone, Note, Pushed, Worker
+from ._worker import Worker
 from ._yielding import LiveFirst
 
 __all__ = ["Delivery", "Leases", "Transport"]  # Leases and Transport: from ``push``

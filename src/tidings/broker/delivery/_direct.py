@@ -24,14 +24,12 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...store import Fence, Store, StoredEvent, SubscriptionRecord
 from ._accounting import counted, event_stats
-from ._redelivery import Note, Pushed, taken_whole
-
-if TYPE_CHECKING:
-    from ._delivery import Delivery
+from ._notes import Note, Pushed, taken_whole
+from ._ports import DirectHub
 
 __all__ = ["DirectPush", "NoteIds"]
 
@@ -63,9 +61,9 @@ class NoteIds:
 
 
 class DirectPush:
-    """The push-first half of a subscription's worker (``worker.Worker``)."""
+    """The push-first half of a subscription's worker (``_worker.Worker``)."""
 
-    d: Delivery
+    d: DirectHub
     sub: SubscriptionRecord
     fence: Fence | None
     acked: int

@@ -23,8 +23,8 @@ from ...outbound import Outbound
 from ...settings import Settings
 from ...store import Fence, SubscriptionRecord
 from ...tracing import Tracing
+from ._notes import Note
 from ._push_body import PushBodies, cloudevents_push
-from ._redelivery import Note
 from ._tail import Tail
 
 __all__ = ["Leases", "Push", "Transport"]

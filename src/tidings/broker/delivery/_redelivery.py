@@ -9,30 +9,22 @@
   its attempt limit, becomes a dead letter whose reason is a short code (``_expire``).
 
 Every timing here is the subscription's own when it sets one (``tidings.core.config``),
-the service's setting otherwise. The worker (``worker.Worker``) builds on this.
+the service's setting otherwise. The worker (``_worker.Worker``) builds on this.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from ...core.config import SubscriptionConfig
-from ...core.retry import Backoff, Outcome
-from ...store import DeadLetter, Fence, PendingNotification, StoredEvent, SubscriptionRecord
+from ...core.retry import Backoff
+from ...store import DeadLetter, Fence, PendingNotification, SubscriptionRecord
 from ._accounting import event_stats
+from ._notes import Note
+from ._ports import RedeliveryHub
 
-if TYPE_CHECKING:
-    from ._delivery import Delivery
-
-__all__ = [
-    "ATTEMPTS_EXHAUSTED", "ENDPOINT_GONE", "ERROR_ANSWER", "MAX_AGE", "SUBSCRIPTION_ENDED", "Gone", "Note",
-    "Pushed", "Redelivery", "failed_items", "taken_whole",
-]
-
-Pushed = tuple[Outcome, object, str, float | None]
-"""A push's outcome, its decoded answer, a reason for logs, a Retry-After (``Delivery.post``)."""
+__all__ = ["ATTEMPTS_EXHAUSTED", "ERROR_ANSWER", "MAX_AGE", "Redelivery"]
 
 log = logging.getLogger("tidings.delivery")
 
@@ -40,47 +32,6 @@ log = logging.getLogger("tidings.delivery")
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
 MAX_AGE = "max_age"
 ERROR_ANSWER = "error_answer"
-
-
-class Note:
-    """A notification on its way: its event, tries so far, and when it was recorded."""
-
-    __slots__ = ("attempts", "created_at", "event", "id")
-
-    def __init__(self, nid: int, event: StoredEvent, attempts: int = 0, created_at: int = 0) -> None:
-        self.id = nid
-        self.event = event
-        self.attempts = attempts
-        self.created_at = created_at
-
-
-ENDPOINT_GONE = "endpoint_gone"
-SUBSCRIPTION_ENDED = "subscription_ended"
-
-
-class Gone(Exception):
-    """Delivery ends the subscription: ``410 Gone`` (``endpoint_gone``), or an error answer
-    when not reliable (``subscription_ended``). ``code`` is the dead-letter reason of its
-    pending notifications."""
-
-    def __init__(self, code: str, detail: str, attempts: dict[int, int] | None = None) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.attempts = attempts or {}
-        """Pushes made of the notifications in flight, the one that ended it included."""
-
-
-def failed_items(answer: object, n: int) -> set[int]:
-    """Indexes the subscriber answered ``Err`` for; a non-itemized 2xx confirms all."""
-    if not isinstance(answer, list) or len(answer) != n:
-        return set()
-    return {i for i, item in enumerate(answer) if isinstance(item, dict) and "Err" in item}
-
-
-def taken_whole(pushed: Pushed | None, n: int) -> bool:
-    """Whether a push of ``n`` notifications (None: not made) confirmed all of them: what
-    lets a batch pushed before being recorded be recorded as delivered at once."""
-    return pushed is not None and pushed[0] is Outcome.ACK and not failed_items(pushed[1], n)
 
 
 def by_event(notes: list[Note]) -> list[Note]:
@@ -91,7 +42,7 @@ def by_event(notes: list[Note]) -> list[Note]:
 class Redelivery:
     """The re-push and give-up half of a subscription's worker."""
 
-    d: Delivery
+    d: RedeliveryHub
     sub: SubscriptionRecord
     fence: Fence | None
     parked: bool

@@ -30,31 +30,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
 from ...store import Route, StoredEvent
+from ._notes import RoutedTo
+from ._ports import Routable, RouterHub
 
-if TYPE_CHECKING:
-    from ._delivery import Delivery
-    from ._worker import Worker
-
-__all__ = ["RoutedTo", "Router"]
+__all__ = ["Router"]
 
 log = logging.getLogger("tidings.delivery")
 _namespace = attrgetter("namespace")
 _seq = attrgetter("seq")
-
-
-@dataclass(slots=True, kw_only=True)
-class RoutedTo(Route):
-    """A route, and the worker generation it was planned for (``Worker.generation``)."""
-
-    generation: int
-    after: int = 0
-    """The namespace's last seq before these events: a worker takes a route that records
-    nothing only if it has considered everything up to here (``Delivery.routed``)."""
 
 
 class Router:
@@ -62,7 +48,7 @@ class Router:
 
     def __init__(
         self,
-        delivery: Delivery,
+        delivery: RouterHub,
         loop: asyncio.AbstractEventLoop,
         stats: Callable[..., list],  # accounting.event_stats, passed in to keep the import one way
     ) -> None:
@@ -127,7 +113,7 @@ class Router:
             self._loop.call_soon_threadsafe(self._d.routed, [r for r in routes if isinstance(r, RoutedTo)])
 
 
-def _opening(w: Worker, opened: Mapping[int, int]) -> int:
+def _opening(w: Routable, opened: Mapping[int, int]) -> int:
     """The cursor of the open ``w`` awaits, if the store has it (committed or in this
     transaction); 0 otherwise. An open left by an earlier worker of the subscription
     (cancelled, or before a restart) matches neither its cursor nor its generation."""

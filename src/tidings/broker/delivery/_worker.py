@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...core.namespaces import is_pattern
 from ...core.retry import Outcome
@@ -33,27 +33,19 @@ from ...store import PendingNotification, StoredEvent, SubscriptionRecord
 from ._accounting import event_stats
 from ._behind import Behind
 from ._direct import DirectPush
-from ._redelivery import (
-    ENDPOINT_GONE,
-    ERROR_ANSWER,
-    SUBSCRIPTION_ENDED,
-    Gone,
-    Note,
-    Pushed,
-    Redelivery,
-    failed_items,
-)
+from ._notes import ENDPOINT_GONE, SUBSCRIPTION_ENDED, Gone, Note, Pushed, failed_items
+from ._ports import WorkerHub
+from ._redelivery import ERROR_ANSWER, Redelivery
 
-if TYPE_CHECKING:
-    from ._delivery import Delivery
-
-__all__ = ["Gone", "Note", "Pushed", "Worker"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("tidings.delivery")
 
 
 class Worker(Behind, Redelivery, DirectPush):
-    def __init__(self, d: Delivery, sub: SubscriptionRecord) -> None:
+    d: WorkerHub
+
+    def __init__(self, d: WorkerHub, sub: SubscriptionRecord) -> None:
         self.d = d
         self.sub = sub
         self.fence = d.fence_of(sub.id)
