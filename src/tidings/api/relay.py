@@ -1,5 +1,5 @@
 """``POST /v1/icrc72_publish_relay``: events another broadcaster of this store forwards
-to this one, the owner of their publication (``broker.forwarding``).
+to this one, the owner of their publication (``broker.cluster.Forwarding``).
 
 Only broadcasters sharing this store may call it: the body is signed with their shared
 secret (header ``x-tidings-relay``). Anyone else, and every caller of a broadcaster

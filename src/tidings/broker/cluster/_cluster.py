@@ -277,7 +277,7 @@ class Cluster:
         await self._record()
 
     async def _record(self) -> None:
-        """Write this heartbeat's changes to the control-plane namespace (``control_log``)."""
+        """Write this heartbeat's changes to the control-plane namespace (``_control_log``)."""
         added, removed, self._added, self._removed = self._added, self._removed, [], []
         try:
             await self._control.record(added, removed)

@@ -14,7 +14,7 @@ With several broadcasters, two kinds of ordinary events go there:
   (``tidings:command:publication:add|update|remove`` and
   ``tidings:command:publisher:add``, each ``[namespace, principal]``). A broadcaster
   reads the commands on its namespace from the log and reads the items they name again
-  from the store (``registry_sync``). The store stays the truth and ``NOTIFY`` the fast
+  from the store (``_registry_sync``). The store stays the truth and ``NOTIFY`` the fast
   path: a command is a second channel, and the record of who changed what, when.
 
 So an operator can tail or subscribe to them (admins only, by exact name), the archive

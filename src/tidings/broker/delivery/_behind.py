@@ -22,7 +22,7 @@ log = logging.getLogger("tidings.delivery")
 
 
 class Behind:
-    """The write-behind half of a subscription's worker (``worker.Worker``)."""
+    """The write-behind half of a subscription's worker (``_worker.Worker``)."""
 
     d: BehindHub
     sub: SubscriptionRecord

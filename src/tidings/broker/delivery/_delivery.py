@@ -1,7 +1,7 @@
 """Push delivery: one worker per subscription POSTs batches of notifications in order.
 
 This module holds the workers' registry and the push itself (``Delivery.post``); the
-worker's loop, retries and redelivery are in ``worker``, its counters in ``accounting``.
+worker's loop, retries and redelivery are in ``_worker``, its counters in ``_accounting``.
 
 A worker reads events after its position (from the in-memory tail, or from the store
 when it has fallen behind), records the batch as pending notifications together with
@@ -62,7 +62,7 @@ from ._tail import Tail
 from ._worker import Worker
 from ._yielding import LiveFirst
 
-__all__ = ["Delivery", "Leases", "Transport"]  # Leases and Transport: from ``push``
+__all__ = ["Delivery", "Leases", "Transport"]  # Leases and Transport: from ``_push``
 
 log = logging.getLogger("tidings.delivery")
 
@@ -111,7 +111,7 @@ class Delivery:
         self._push = Push(settings, tail, outbound, signer=signer, leases=leases, fence_of=self.fence_of,
                           now_ns=lambda: self.now_ns(), tracing=tracing)
         self.post = self._push.post
-        """One push (``push.Push.post``)."""
+        """One push (``_push.Push.post``)."""
         self.notifications = self._push.notifications
         self.transports = self._push.transports
         """Pushes to endpoints of another scheme than http(s), by scheme (``xmpp``)."""
@@ -125,12 +125,12 @@ class Delivery:
         self._ready = asyncio.Event()
         self._router: Router | None = None
         self.note_ids = NoteIds(store)
-        """Ids for batches pushed before they are recorded (``direct``)."""
+        """Ids for batches pushed before they are recorded (``_direct``)."""
         self.draining = False
         """The process is stopping: workers finish the push in flight and what records it,
         then end; nothing new starts (:meth:`drain`)."""
         self.gate = LiveFirst(settings.replay_yield_ms, settings.replay_max_rate, monotonic=monotonic, sleep=sleep)
-        """Replays and redrives wait for live work through it (``yielding``)."""
+        """Replays and redrives wait for live work through it (``_yielding``)."""
 
     async def run(self, subscriptions: Sequence[SubscriptionRecord]) -> None:
         """Deliver until cancelled."""
@@ -437,7 +437,7 @@ class Delivery:
     async def confirm(
         self, caller: PrincipalRecord, ids: Sequence[int], subscriptions: dict[int, SubscriptionRecord]
     ) -> ConfirmResult:
-        """``icrc72_confirm_notifications`` (``confirmation``)."""
+        """``icrc72_confirm_notifications`` (``_confirmation``)."""
         return await confirmation.confirm(self, caller, ids, subscriptions)
 
     def worker(self, sub_id: int) -> Worker | None:

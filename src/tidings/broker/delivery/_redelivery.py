@@ -60,7 +60,7 @@ class Redelivery:
 
     async def _resend(self, pending: Sequence[PendingNotification], background: bool = False) -> None:
         """Send ``pending`` again in order; ``background`` (a redrive of dead letters):
-        each batch waits for other subscriptions' live work first (``yielding``)."""
+        each batch waits for other subscriptions' live work first (``_yielding``)."""
         size = self.d.settings.delivery_batch_size
         ordered = sorted(pending, key=lambda p: (p.seq, p.id))
         for i in range(0, len(ordered), size):

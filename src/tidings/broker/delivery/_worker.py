@@ -16,7 +16,7 @@ Every timing (ack deadline, back-off, maximum age) is the subscription's own whe
 sets one, on every path. Nothing is pushed while the subscription is stopped, retries
 included: what is pending stays in the store and is pushed again, in event order, when
 it is started. What is pushed again and when a notification is given up on is in
-``redelivery``.
+``_redelivery``.
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ class Worker(Behind, Redelivery, DirectPush):
         self.redriven: list[PendingNotification] = []
         self.settling: set[asyncio.Task[Any]] = set()
         self.routed: list[tuple[int, StoredEvent]] = []
-        """Notifications opened at append (``routing``), to push next."""
+        """Notifications opened at append (``_routing``), to push next."""
         self.taken: list[StoredEvent] = []
         """Events routed at append to a subscription that pushes before recording
-        (``direct``): recorded nowhere yet, to push next."""
+        (``_direct``): recorded nowhere yet, to push next."""
         self.acked = sub.cursor
         """The seq up to which everything owed is recorded in the store, as confirmed or
         as pending (the publication's ``events:sent``)."""
@@ -88,7 +88,7 @@ class Worker(Behind, Redelivery, DirectPush):
         """Counts restarts after failures (``run``)."""
         self.opening: tuple[int, int] | None = None
         """(cursor, generation) of the ``open_notifications`` this worker awaits: once the
-        store has it, routing at append may go on from there (``routing``)."""
+        store has it, routing at append may go on from there (``_routing``)."""
         self.resumed = asyncio.Event()
         """Set once this run's first resend of the store's pending notifications is done;
         ``resent`` holds their ids. A replay's push waits for it and leaves those out:
@@ -257,7 +257,7 @@ class Worker(Behind, Redelivery, DirectPush):
 
     async def _send(self, events: list[StoredEvent], cursor: int) -> bool:
         """Deliver ``events``, everything up to seq ``cursor`` that passes: pushed first
-        (``direct``), or recorded as pending with the new cursor in one commit, then
+        (``_direct``), or recorded as pending with the new cursor in one commit, then
         pushed. False if the subscription is gone."""
         if self.direct():
             self.scan = max(self.scan, cursor)
@@ -344,7 +344,7 @@ class Worker(Behind, Redelivery, DirectPush):
         if events is None:
             head = self.d.tail.head
             # Nothing past the tail's head: those events may be routed to this worker at
-            # append and handed over only after their commit (``routing``).
+            # append and handed over only after their commit (``_routing``).
             events = [e for e in await self.d.store.read_after(pos, ns, limit) if e.seq <= head]
             if len(events) < limit and after is None:
                 # Everything of ours up to the head we knew of is read: skip ahead so the
@@ -418,7 +418,7 @@ class Worker(Behind, Redelivery, DirectPush):
                 await self.d.sleep(self._backoff().delay(failures, self.d.random()))
 
     async def push_once(self, batch: list[Note]) -> Pushed | None:
-        """One push of a batch recorded nowhere yet (a replay's, ``replay_flow``): what
+        """One push of a batch recorded nowhere yet (a replay's, ``replay._flow``): what
         :meth:`Delivery.post` answered, or None when the subscription is stopped (nothing
         pushed). Nothing is counted here: a batch the endpoint takes whole is recorded by
         the caller; anything else is recorded as pending and given to :meth:`deliver`

@@ -92,13 +92,13 @@ class Orchestrator(RegistryQueries):
     ) -> None:
         self._store = store
         self._handshake = handshake
-        """The CloudEvents webhook handshake with an endpoint (``handshake.Handshake``)."""
+        """The CloudEvents webhook handshake with an endpoint (``broker.delivery.Handshake``)."""
         self._changed = on_publication_changed
         """Told ``(action, namespace, principal)`` of each publication change made here
-        (``control_log.Commands``)."""
+        (``broker.cluster.Commands``)."""
         self._look_up = look_up
         """Reads publications this process does not know yet from the store (registered
-        through another broadcaster a moment ago: ``registry_sync``)."""
+        through another broadcaster a moment ago: ``broker.cluster.RegistrySync``)."""
         self.registry = registry
         self._max_publications = max_publications
         self._max_subscriptions = max_subscriptions

@@ -204,7 +204,7 @@ class RegistryQueries:
     async def get_subscriptions(
         self, caller: PrincipalRecord, q: SubscriptionQuery, *, only: set[int] | None = None
     ) -> list[SubscriptionInfo]:
-        """``only``: of these ids (a broadcaster's, ``broadcaster_queries``)."""
+        """``only``: of these ids (a broadcaster's, ``broker.publish``)."""
         if q.namespace is not None and not is_pattern(q.namespace):
             self.registry.require_namespaces([q.namespace])
         ids = sorted(

@@ -1,5 +1,5 @@
 """The flow of one replay: one read ahead of the batch being recorded and pushed, and
-at most one push in flight (:mod:`.replay`)."""
+at most one push in flight (:mod:`._replays`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """ICRC-77 replays: register, run, cancel, report, and the credit they spend.
 
 Each replay runs as its own task, beside the subscriptions' live workers: it reads its
-range (hot log or archive, :mod:`.replay_source`), applies the filter and skip
-(:mod:`.replay_send`), and sends batches one at a time (:mod:`.replay_flow`). A batch
+range (hot log or archive, :mod:`._source`), applies the filter and skip
+(:mod:`._send`), and sends batches one at a time (:mod:`._flow`). A batch
 to a trusted subscription, with no price, is pushed first and recorded as delivered,
 with the new position, once confirmed; any other batch is recorded first (the
 notifications, a copy of each event with the replay headers, the position, the credit

@@ -1,5 +1,5 @@
 """The loop of one replay's task: read the range, apply the filter and skip, and hand
-the batches to :class:`~.replay_flow.InFlight` (:mod:`.replay`)."""
+the batches to :class:`~._flow.InFlight` (:mod:`._replays`)."""
 
 from __future__ import annotations
 
