@@ -50,7 +50,7 @@ class Router:
         self,
         delivery: RouterHub,
         loop: asyncio.AbstractEventLoop,
-        stats: Callable[..., list],  # accounting.event_stats, passed in to keep the import one way
+        stats: Callable[..., list],  # _accounting.event_stats, passed in by the hub
     ) -> None:
         self._d = delivery
         self._loop = loop
