@@ -7,7 +7,7 @@
    --older-than 0`` as a subprocess: its wall time (interpreter start included) and the
    job's own split (staging: SQLite to typed Parquet in worker processes; trimming).
 2. **replay read side**: the archive just written, read back as a replay reads it
-   (``tidings.broker.replay_source``: windows of 25 x 1,000 ids through
+   (``tidings.broker.replay._source``: windows of 25 x 1,000 ids through
    ``read_archived``, each made into ``StoredEvent`` s), one namespace after another.
 3. **stats**: an archive of ``--stats-events`` events written directly with pyarrow in the
    archive's layout (4 namespaces, 30 days; the payload is one repeated value, the job
@@ -65,7 +65,7 @@ def archive_run(root: Path, events: int) -> dict[str, Any]:
 
 
 def replay_read(root: Path, window: int = 25_000) -> dict[str, Any]:
-    from tidings.broker.replay_source import ReplaySource
+    from tidings.broker.replay import ReplaySource
     from tidings.pipeline.layout import Manifest
     from tidings.settings import Settings
 

@@ -346,7 +346,7 @@ async def relay_is_for_peers_only(server: ServerProcess) -> None:
     import asyncpg
     import msgspec
 
-    from tidings.broker.forwarding import RELAY_HEADER, RelayBatch, Relayed, sign
+    from tidings.broker.cluster import RELAY_HEADER, RelayBatch, Relayed, sign
     from tidings.core.ingest import PublishBatch, prepare
     from tidings.core.wire import Event
 

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidings.broker.cluster import Cluster
-from tidings.broker.membership import Membership
+from tidings.broker.cluster import Cluster, Membership
 from tidings.store import SubscriptionRecord
 
 

@@ -4,8 +4,7 @@ items the others' commands name (test_cluster.py runs it between real broadcaste
 
 from __future__ import annotations
 
-from tidings.broker.control_log import COMMAND, Commands, ControlLog
-from tidings.broker.membership import Membership
+from tidings.broker.cluster import COMMAND, Commands, ControlLog, Membership
 from tidings.broker.registry import Registry
 from tidings.core.assignment import owner, subscription_key
 from tidings.core.namespaces import system_namespace

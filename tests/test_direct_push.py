@@ -1,5 +1,5 @@
 """Live batches of ``trusted`` subscriptions pushed first and recorded once confirmed
-(tidings.broker.direct), against the record-first way on the same scenarios.
+(tidings.broker.delivery._direct), against the record-first way on the same scenarios.
 
 The broker runs in this process on the real SQLite store; subscribers are real HTTP
 endpoints. What must hold either way: nothing owed is lost (across a stop, a restart, an
@@ -239,7 +239,7 @@ async def test_a_route_recorded_nowhere_is_taken_only_by_a_worker_that_has_read_
     """A worker that went back (restarted from its stored cursor, which lags behind what
     it pushed first, or stopped) must not take events routed to it past what it has not
     read again: it would skip those, and nothing in the store says they are owed."""
-    from tidings.broker.routing import RoutedTo
+    from tidings.broker.delivery import RoutedTo
 
     ep = Endpoint()
     async with _broker(tmp_path, True) as broker:

@@ -20,8 +20,8 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from tidings.broker import forwarding
-from tidings.broker.forwarding import Forwarding, RelayBatch, Relayed
+from tidings.broker.cluster import Forwarding, RelayBatch, Relayed
+from tidings.broker.cluster import _forwarding as forwarding
 from tidings.core.ingest import Prepared
 from tidings.core.wire import ok
 from tidings.store import NewEvent, PostgresStore, PrincipalRecord

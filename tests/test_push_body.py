@@ -11,8 +11,8 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.broker import push_body
-from tidings.broker.push_body import PushBodies
+from tidings.broker.delivery import _push_body as push_body
+from tidings.broker.delivery._push_body import PushBodies
 from tidings.store import StoredEvent
 
 _text = st.text(max_size=12)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.broker.forwarding import MAX_SKEW_MS, RELAY_HEADER, sign, verify
+from tidings.broker.cluster import MAX_SKEW_MS, RELAY_HEADER, sign, verify
 
 from .conftest import ServerProcess
 

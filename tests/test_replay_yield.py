@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tidings.broker.yielding import LiveFirst
+from tidings.broker.delivery import LiveFirst
 from tidings.errors import ConfigError
 from tidings.settings import Settings
 

@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from tidings.broker import Broker
-from tidings.broker.routing import RoutedTo
+from tidings.broker.delivery import RoutedTo
 from tidings.core import config as cfg
 from tidings.core.wire import Event, PublicationRegistration, SubscriptionRegistration, SubscriptionUpdate
 from tidings.settings import Settings
@@ -58,7 +58,7 @@ class Recorder:
 @pytest.fixture(params=[False, True], ids=["record-first", "push-first"])
 async def broker(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Broker]:
     """Both ways a live batch is delivered: recorded as pending first, or pushed first
-    (``push_before_record``, a trusted subscription's default: tidings.broker.direct)."""
+    (``push_before_record``, a trusted subscription's default: tidings.broker.delivery._direct)."""
     b = Broker(Settings(data_dir=tmp_path, push_before_record=request.param), SQLiteStore(tmp_path / "tidings.db"))
     async with b:
         yield b

@@ -1,4 +1,4 @@
-"""The store's part in pushing before recording (tidings.broker.direct), against every
+"""The store's part in pushing before recording (tidings.broker.delivery._direct), against every
 backend: ids set aside, a confirmed batch recorded in one write, a batch that was not
 taken recorded as pending under the ids it was pushed with."""
 

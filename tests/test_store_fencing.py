@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tidings.broker.membership import Membership
+from tidings.broker.cluster import Membership
 from tidings.errors import LeaseLost, StoreError, StoreUnavailable
 from tidings.store import DeadLetter, Fence, NewEvent, PostgresStore, Stat, SubscriptionRecord
 from tidings.store._pg_db import store_error

@@ -161,7 +161,7 @@ class Settings:
 
     replay_yield_ms: float = 20.0
     """Most a replay's batch (or a redriven batch of dead letters) waits, each, while live
-    pushes are under way (``broker.yielding``, docs/replay.md "Live work first"); 0: no wait."""
+    pushes are under way (``broker.delivery.LiveFirst``, docs/replay.md "Live work first"); 0: no wait."""
 
     replay_max_rate: float = 0.0
     """Most notifications a second the replays and redrives of a process send together; 0: no cap."""

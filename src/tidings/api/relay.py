@@ -1,5 +1,5 @@
 """``POST /v1/icrc72_publish_relay``: events another broadcaster of this store forwards
-to this one, the owner of their publication (``broker.forwarding``).
+to this one, the owner of their publication (``broker.cluster.Forwarding``).
 
 Only broadcasters sharing this store may call it: the body is signed with their shared
 secret (header ``x-tidings-relay``). Anyone else, and every caller of a broadcaster
@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from ..bodies import read_body
 from ..broker import Broker
-from ..broker.forwarding import RELAY_HEADER, RelayBatch, Relayed, verify
+from ..broker.cluster import RELAY_HEADER, RelayBatch, Relayed, verify
 from ..core.undecodable import UNDECODABLE
 from ..errors import ApiError, BadRequest, Forbidden, StoreUnavailable
 from ..store import PrincipalRecord

@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..broker import Broker
-from ..broker.broadcaster import check_event
+from ..broker.publish import check_event
 from ..core import tracecontext
 from ..core.config import SubscriptionConfig
 from ..core.int64 import out_of_range, range_message
@@ -56,7 +56,7 @@ from ..errors import ApiError, BadRequest, Unauthenticated
 from ..store import PrincipalRecord, SubscriptionRecord
 
 if TYPE_CHECKING:
-    from ..broker.worker import Note
+    from ..broker.delivery import Note
 
 __all__ = ["StreamFace"]
 

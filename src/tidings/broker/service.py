@@ -28,24 +28,13 @@ from ..settings import Settings
 from ..store import ClusterStore, PrincipalRecord, Store, StoredEvent
 from ..tracing import TracingUnavailable
 from ..tracing import start as start_tracing
-from .auth import Authenticator
-from .authorization import Authorizer
-from .broadcaster import Broadcaster
-from .broadcaster_queries import BroadcasterQueries
-from .cluster import Cluster
-from .control_log import Commands, ControlLog
-from .dead_letters import DeadLetters
-from .delivery import Delivery
-from .forwarding import Forwarding
-from .handshake import Handshake
-from .membership import Membership
+from .auth import Authenticator, Authorizer
+from .cluster import Cluster, Commands, ControlLog, Forwarding, Membership, RegistrySync
+from .delivery import DeadLetters, Delivery, Handshake, Signing, Tail
 from .metrics import Metrics
-from .orchestrator import Orchestrator
-from .registry import Registry
-from .registry_sync import RegistrySync
+from .publish import Broadcaster, BroadcasterQueries
+from .registry import Orchestrator, Registry
 from .replay import Replays
-from .signing import Signing
-from .tail import Tail
 
 __all__ = ["Broker"]
 

@@ -32,7 +32,7 @@ __all__ = ["BROKER_HEADER_PREFIXES", "RowRefused", "RowShape", "shape_of", "to_e
 
 BROKER_HEADER_PREFIXES: Final = ("icrc72:broadcaster:", "icrc72:relay:", "icrc72:eventData:", "icrc77:replay:")
 """Headers only the broadcaster sets (the broker refuses them from a publisher, see
-``tidings.broker.broadcaster``). A round trip drops them; the new event gets fresh ones."""
+``tidings.broker.publish``). A round trip drops them; the new event gets fresh ones."""
 
 PLAIN_TYPES: Final = frozenset(
     {"boolean", "byte", "short", "integer", "long", "float", "double", "string", "binary", "void"}

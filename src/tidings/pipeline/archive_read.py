@@ -1,6 +1,6 @@
 """Reading archived events of one namespace without Spark: pyarrow over the right files only.
 
-Replays (``tidings.broker.replay_source``) read a window of ids at a time; a Spark job
+Replays (``tidings.broker.replay._source``) read a window of ids at a time; a Spark job
 per window costs a second or more, where this costs milliseconds. Files are chosen by
 name first (``part-<lo>-<hi>-<k>``: the id range of the run that wrote the file, so a
 file outside the window is never opened), then by their Parquet statistics on ``id``

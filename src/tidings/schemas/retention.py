@@ -21,7 +21,7 @@ from .binding import SchemaBinder
 from .registry import SchemaRegistry
 
 if TYPE_CHECKING:  # the broker imports this package
-    from ..broker.orchestrator import Orchestrator
+    from ..broker.registry import Orchestrator
 
 __all__ = ["Retention", "RetentionRun", "TrimmedNamespace"]
 

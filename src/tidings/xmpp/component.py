@@ -46,7 +46,7 @@ from .stanzas import ENS, NOTIFICATION, StanzaError, code_of, shim_headers
 
 if TYPE_CHECKING:
     from ..broker import Broker
-    from ..broker.worker import Note
+    from ..broker.delivery import Note
 
 __all__ = ["XmppFace"]
 

@@ -1,0 +1,271 @@
+"""The broadcaster's publish path: check and stamp (``core.ingest``, here or in a front
+process), then rights, schemas and back-pressure, the durable append, and the hand-off to
+delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from sys import intern
+from typing import Any, Protocol
+
+import msgspec
+
+from ...core import ingest, values
+from ...core.ingest import ERR_RESERVED_HEADER
+from ...core.wire import Event, GenericError, ItemResult, err, ok
+from ...errors import BadRequest, StoreError, StoreUnavailable, Unavailable
+from ...store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
+from ...tracing import PublishSpans, Tracing
+from ..cluster import Forwarding
+from ..registry import Orchestrator
+
+__all__ = [
+    "ERR_RESERVED_HEADER", "ERR_SCHEMA_REFUSED", "ERR_SCHEMA_VIOLATION", "Broadcaster", "SchemaCheck", "check_event",
+]
+
+ERR_SCHEMA_VIOLATION = 2
+"""``GenericError.error_code``: the event's data does not match its publication's schema."""
+ERR_SCHEMA_REFUSED = 3
+"""``GenericError.error_code``: the publication's schema takes no events (Retracted, expired, deleted)."""
+
+
+class SchemaCheck(Protocol):
+    """The schema a namespace's events must match now (``tidings.schemas.SchemaBinder``)."""
+
+    def bind(self, ref: int | str, now: int) -> Any: ...
+
+def check_event(e: Event, where: str) -> None:
+    """Raise ``BadRequest`` (``invalid_value``) if the event's data or a header value is
+    not a valid ICRC-16 value; ``where`` names the event in the message."""
+    try:
+        ingest.check_values(e, where)
+    except values.InvalidValue as x:
+        raise BadRequest(str(x), code="invalid_value") from None
+
+
+_decode_value = msgspec.json.decode
+
+
+class Broadcaster:
+    def __init__(
+        self,
+        store: Store,
+        orchestrator: Orchestrator,
+        *,
+        broadcaster_id: str,
+        max_batch_items: int,
+        max_pending_events: int,
+        on_appended: Callable[[list[StoredEvent]], None],
+        schemas: SchemaCheck | None = None,
+        forwarding: Forwarding | None = None,
+        clock: Callable[[], int] = time.time_ns,
+        tracing: Tracing | None = None,
+    ) -> None:
+        self._store = store
+        self._orch = orchestrator
+        self._id = broadcaster_id
+        self._max_items = max_batch_items
+        self._max_pending = max_pending_events
+        self._on_appended = on_appended
+        self._clock = clock
+        self._pending = 0
+        self.schemas = schemas
+        self._forwarding = forwarding
+        self._tracing = tracing
+
+    def _bindings(self, namespaces: set[str], now: int) -> dict[str, Any]:
+        """The schema binding of each namespace in the batch that has one."""
+        out: dict[str, Any] = {}
+        if self.schemas is None:
+            return out
+        confs = self._orch.pub_configs
+        for ns in namespaces:
+            conf = confs.get(ns)
+            if conf is not None and conf.schema is not None:
+                out[ns] = self.schemas.bind(conf.schema, now)
+        return out
+
+    async def publish(
+        self, caller: PrincipalRecord, events: Sequence[Event], warnings: list[str] | None = None,
+        *, checked: bool = False,
+    ) -> list[ItemResult | None]:
+        """``icrc72_publish``: one result per event, ``Ok: [eventId]`` or ``Err``.
+
+        Events of a publication bound to a schema are validated one by one: an invalid
+        one gets its error and the others are still published. What a publisher should
+        know (a Deprecated schema) is added to ``warnings``. ``checked``: the caller has
+        already run :func:`check_event` on each event (the stream face, item by item)."""
+        n = len(events)
+        if n > self._max_items:
+            return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
+        await self._orch.known({e.namespace for e in events})
+        now = self._clock()
+        try:
+            rows, refused = ingest.prepare(events, now, checked=checked)
+        except values.InvalidValue as x:
+            raise BadRequest(str(x), code="invalid_value") from None
+        return await self.commit(caller, n, rows, refused, now, warnings, [e.data for e in events])
+
+    async def commit(
+        self,
+        caller: PrincipalRecord,
+        n: int,
+        rows: Sequence[ingest.Prepared],
+        refused: dict[int, tuple[str, ItemResult]],
+        now: int,
+        warnings: list[str] | None = None,
+        decoded: Sequence[Any] | None = None,
+        *,
+        relayed: bool = False,
+        relay_token: str | None = None,
+    ) -> list[ItemResult | None]:
+        """The stateful half of a publish of ``n`` events, given what ``ingest.prepare``
+        made of them (here or in a front process): rights, schemas, back-pressure, the
+        durable append. ``decoded`` holds the events' data as decoded, when at hand; a
+        schema check decodes the row's bytes otherwise.
+
+        Events of publications another broadcaster owns are sent there (``Forwarding``),
+        unless they were ``relayed`` here already: a relay is stored where it lands, even
+        if the owner changed meanwhile, so an event never travels in a loop; with its
+        ``relay_token``, so that the broadcaster that sent it can tell afterwards whether
+        it was stored (``Forwarding``)."""
+        if n > self._max_items:
+            return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
+        fw = self._forwarding
+        if fw is None or relayed:
+            return await self._commit_here(caller, n, rows, refused, now, warnings, decoded, relay_token)
+        here, away = fw.split(rows)
+        if not away:
+            return await self._commit_here(caller, n, rows, refused, now, warnings, decoded)
+        urls = list(away)
+        answers = await asyncio.gather(*(fw.send(u, caller, n, away[u], now) for u in urls))
+        for url, answer in zip(urls, answers, strict=True):
+            if answer is None:  # the owner surely has not stored them: store them here
+                here.extend(away[url])
+        results: list[ItemResult | None] = [None] * n
+        if here or refused:
+            results = await self._commit_here(caller, n, here, refused, now, warnings, decoded)
+        for answer in answers:
+            if answer is None:
+                continue
+            for i, r in enumerate(answer.results[:n]):
+                if r is not None:
+                    results[i] = r
+            if warnings is not None:
+                warnings.extend(w for w in answer.warnings if w not in warnings)
+        return results
+
+    async def _commit_here(
+        self,
+        caller: PrincipalRecord,
+        n: int,
+        rows: Sequence[ingest.Prepared],
+        refused: dict[int, tuple[str, ItemResult]],
+        now: int,
+        warnings: list[str] | None,
+        decoded: Sequence[Any] | None,
+        relay_token: str | None = None,
+    ) -> list[ItemResult | None]:
+        spans = self._tracing.receive(rows) if self._tracing is not None else None
+        if spans is None:
+            return await self._store_here(caller, n, rows, refused, now, warnings, decoded, relay_token, None)
+        results = None
+        try:
+            results = await self._store_here(caller, n, rows, refused, now, warnings, decoded, relay_token, spans)
+            return results
+        finally:
+            spans.end(results)
+
+    async def _store_here(
+        self,
+        caller: PrincipalRecord,
+        n: int,
+        rows: Sequence[ingest.Prepared],
+        refused: dict[int, tuple[str, ItemResult]],
+        now: int,
+        warnings: list[str] | None,
+        decoded: Sequence[Any] | None,
+        relay_token: str | None,
+        spans: PublishSpans | None,
+    ) -> list[ItemResult | None]:
+        namespaces = {r.namespace for r in rows}
+        namespaces.update(ns for ns, _ in refused.values())
+        await self._orch.known(namespaces)
+        results: list[ItemResult | None] = [None] * n
+        accepted: list[tuple[int, NewEvent]] = []
+        busy = self._pending + len(rows) > self._max_pending
+        bindings = self._bindings(namespaces, now)
+        # Asked once per namespace of the batch, not once per event.
+        refusals = await self._orch.publish_refusals(caller.name, namespaces)
+        for i, (ns, why) in refused.items():
+            # A publisher refused on a namespace hears that first, whatever else was wrong.
+            refusal = refusals[ns]
+            results[i] = err("Unauthorized", refusal) if refusal is not None else why
+        for row in rows:
+            i = row.index
+            refusal = refusals[row.namespace]
+            if refusal is not None:
+                results[i] = err("Unauthorized", refusal)
+                continue
+            if bindings:
+                b = bindings.get(row.namespace)
+                if b is not None:
+                    if b.refused is not None:
+                        results[i] = err("GenericError", GenericError(ERR_SCHEMA_REFUSED, b.refused))
+                        continue
+                    data = decoded[i] if decoded is not None else _decode_value(row.data)
+                    bad = b.model.validate(data)
+                    if bad is not None:
+                        results[i] = err("GenericError", GenericError(
+                            ERR_SCHEMA_VIOLATION, f"{bad.path}: {bad.reason} (schema {b.schema_id})"
+                        ))
+                        continue
+                    if b.warning is not None and warnings is not None and b.warning not in warnings:
+                        warnings.append(b.warning)
+            if busy:
+                results[i] = err("Busy", "too many events waiting to be stored; retry shortly")
+                continue
+            accepted.append((i, NewEvent(
+                namespace=intern(row.namespace), source=caller.name, timestamp=now, data=row.data,
+                headers=row.headers,
+            )))
+        if not accepted:
+            return results
+
+        per_ns = Counter(ne.namespace for _, ne in accepted)
+        stats = [Stat("publication", ns, "icrc72:publication:stats:events", c) for ns, c in per_ns.items()]
+        stats.append(Stat("publisher", caller.name, "icrc72:publisher:stats:events", len(accepted)))
+        stats.append(Stat("broadcaster", self._id, "icrc72:broadcaster:stats:events", len(accepted)))
+        self._pending += len(accepted)
+        positions = [i for i, _ in accepted] if spans is not None else ()
+        if spans is not None:
+            spans.commit(positions)
+        try:
+            new = [ne for _, ne in accepted]
+            if relay_token is not None and self._forwarding is not None:
+                stored = await self._forwarding.store_relayed(new, stats, relay_token)
+            else:
+                stored = await self._store.append(new, stats)
+        except StoreUnavailable as x:
+            if spans is not None:
+                spans.committed(positions, None, "store_unavailable")
+            # Retryable as a whole: the publisher tries again shortly (503, Retry-After).
+            raise Unavailable(f"the events were not stored, the store is unavailable: {x}") from x
+        except StoreError as x:
+            if spans is not None:
+                spans.committed(positions, None, "store_error")
+            for i, _ in accepted:
+                results[i] = err("GenericBatchError", f"the events were not stored: {x}")
+            return results
+        finally:
+            self._pending -= len(accepted)
+        if spans is not None:
+            spans.committed(positions, [e.id for e in stored])
+            spans.route(positions)
+        self._on_appended(stored)
+        for (i, _), s in zip(accepted, stored, strict=True):
+            results[i] = ok([s.id])
+        return results

@@ -1,0 +1,85 @@
+"""The loop of one replay's task: read the range, apply the filter and skip, and hand
+the batches to :class:`~._flow.InFlight` (:mod:`._replays`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+
+from ...core import config as cfg
+from ...core import replay as rules
+from ...settings import Settings
+from ...store import ReplayRecord, StoredEvent
+from ..registry import Orchestrator
+from ._flow import InFlight, ReadAhead
+from ._source import ReplaySource
+
+__all__ = ["RangeSender"]
+
+_STOPPED_POLL_S = 0.2
+_decode = msgspec.json.Decoder().decode
+
+
+class RangeSender:
+    def __init__(self, orchestrator: Orchestrator, source: ReplaySource, settings: Settings, stop: set[int]) -> None:
+        self._orch = orchestrator
+        self._source = source
+        self._settings = settings
+        self._stop = stop
+        """Replays canceled or ended from outside (shared with :class:`~.replay.Replays`)."""
+
+    async def send(self, rec: ReplayRecord, inflight: InFlight) -> str | None:
+        """Record and push the rest of the range; why it had to stop, or None."""
+        pairs = rules.replay_pairs(rec.id, rec.to_id - 1 if rec.open_end else None)
+        ahead = ReadAhead(self._source, rec.namespace, rec.to_id, pairs)  # events come with the replay's headers
+        try:
+            return await self._send_reads(rec, inflight, ahead)
+        finally:
+            ahead.cancel()
+
+    async def _send_reads(self, rec: ReplayRecord, inflight: InFlight, ahead: ReadAhead) -> str | None:
+        rid, ns, size = rec.id, rec.namespace, self._settings.replay_batch_size
+        at = rec.position  # read this far; ``rec.position`` moves as batches are recorded
+        while at < rec.to_id - 1 and rid not in self._stop:
+            sub = self._orch.subscriptions.get(rec.subscription_id)
+            if sub is None:
+                return f"subscription {rec.subscription_id} ended"
+            if ns not in self._orch.publications:
+                return f"publication {ns!r} was deleted"
+            if not self._orch.subscriber_allowed(ns, rec.requester):
+                return f"{rec.requester} may no longer receive {ns!r}"
+            sub_conf = self._orch.sub_configs.get(sub.id)
+            if sub_conf is not None and sub_conf.stopped:
+                await asyncio.sleep(_STOPPED_POLL_S)  # a stopped subscription is sent nothing
+                continue
+            try:
+                conf = rules.ReplayConfig.read(rec.config, sub.config)
+            except rules.ReplayRuleError as e:
+                return e.message
+            events, upto = await ahead.read(at, conf.filter)
+            if upto < rec.to_id - 1:
+                ahead.start(upto, conf.filter)  # the next read runs while this one is recorded and pushed
+            if conf.rules.predicate is not None or conf.rules.skip is not None:
+                events = [e for e in events if conf.rules.passes(e.id, _data(conf.rules, e))]
+            batches = [events[i : i + size] for i in range(0, len(events), size)] or [[]]
+            direct = sub.mode == "trusted" and rec.price == 0  # nothing to charge before the push
+            for k, batch in enumerate(batches):
+                at = upto if k == len(batches) - 1 else batch[-1].id
+                now = time.time_ns()
+                # The next batch is read and recorded (or its ids computed) while this one is pushed.
+                sent = await (inflight.send_direct if direct else inflight.send)(sub, batch, at, now)
+                if sent is None:  # canceled (then nothing changes), or the subscription went
+                    return None if rid in self._stop else f"subscription {sub.id} ended"
+                if not sent:
+                    return f"subscription {sub.id} ended"
+                if rid in self._stop:
+                    return None  # cancel stops enqueuing; what was recorded is pushed
+            await asyncio.sleep(0)  # let live batches and requests in between reads
+        return None
+
+
+def _data(r: cfg.SubscriptionConfig, e: StoredEvent) -> Any:
+    return _decode(e.data) if r.predicate is not None else None
