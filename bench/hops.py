@@ -50,8 +50,8 @@ broker's SQLite writer and read pool), and of this process (the clients: publish
 subscriber, one figure). During the second, py-spy samples the broker and its fronts
 (``--subprocesses``, 100 Hz; idle threads are not sampled, so a sample is a thread on a
 core or waiting for one). Each sample's stack goes to a hop by its innermost frame that a
-rule of ``RULES`` names (module and function: the code that does the hop; a module of
-``tidings/broker`` in any of its subpackages). The first load's CPU seconds of each
+rule of ``RULES`` names (module and function: the code that does the hop;
+tests/test_bench_hops.py checks that each still exists). The first load's CPU seconds of each
 (role, thread) are split in the proportions of that (role, thread)'s samples in the
 second, summed, and divided by the events: ms of CPU per event per hop. Two loads
 because the sampler itself takes enough of two shared cores to slow every process;
@@ -257,30 +257,25 @@ RULES: list[tuple[str, str | None, str]] = [
     ("tidings/front/app.py", None, "front -> broker"),  # publish, relay, upstream, the WebSocket relay
     ("tidings/api/internal.py", None, "front -> broker"),
     # the broker's
-    ("tidings/broker/push.py", None, "push"),
-    ("tidings/broker/push_body.py", None, "push"),
-    ("tidings/broker/signing.py", None, "push"),
+    ("tidings/broker/delivery/_push.py", None, "push"),
+    ("tidings/broker/delivery/_push_body.py", None, "push"),
+    ("tidings/broker/delivery/_signing.py", None, "push"),
     ("tidings/core/webhooks.py", None, "push"),
     ("tidings/outbound.py", None, "push"),
     ("tidings/api/stream.py", "push", "push"),
     ("tidings/api/stream.py", "_send_raw", "push"),  # its answers' too, a few bytes each
-    ("tidings/broker/auth.py", None, "auth, rights, schemas"),
-    ("tidings/broker/authorization.py", None, "auth, rights, schemas"),
-    ("tidings/broker/orchestrator.py", None, "auth, rights, schemas"),
+    ("tidings/broker/auth/", None, "auth, rights, schemas"),
+    ("tidings/broker/registry/", None, "auth, rights, schemas"),
     ("tidings/schemas/", None, "auth, rights, schemas"),
     ("tidings/store/_sqlite_deliveries.py", None, RECORDS),
     ("tidings/store/", None, "commit"),
-    ("tidings/broker/broadcaster.py", "publish", "parse and check"),
-    ("tidings/broker/broadcaster.py", None, "auth, rights, schemas"),
-    ("tidings/broker/direct.py", "_record_confirmed", RECORDS),
-    ("tidings/broker/behind.py", None, RECORDS),
-    ("tidings/broker/accounting.py", None, RECORDS),
-    ("tidings/broker/direct.py", None, "push"),
-    ("tidings/broker/tail.py", None, "route"),
-    ("tidings/broker/routing.py", None, "route"),
-    ("tidings/broker/worker.py", None, "route"),
-    ("tidings/broker/delivery.py", None, "route"),
-    ("tidings/broker/confirmation.py", None, "route"),
+    ("tidings/broker/publish/_broadcaster.py", "publish", "parse and check"),
+    ("tidings/broker/publish/", None, "auth, rights, schemas"),
+    ("tidings/broker/delivery/_direct.py", "_record_confirmed", RECORDS),
+    ("tidings/broker/delivery/_behind.py", None, RECORDS),
+    ("tidings/broker/delivery/_accounting.py", None, RECORDS),
+    ("tidings/broker/delivery/_direct.py", None, "push"),
+    ("tidings/broker/delivery/", None, "route"),  # the tail, routing, the workers, confirmations
     ("tidings/broker/service.py", "_appended", "route"),
     ("tidings/broker/service.py", "_logged", "route"),
     ("tidings/api/stream.py", "_read_loop", "parse and check"),
@@ -311,19 +306,11 @@ def _frame(f: str) -> tuple[str, str]:
     return where.rsplit(":", 1)[0], fn
 
 
-def _matches(part: str, file: str) -> bool:
-    """``tidings/broker/x.py`` matches x.py in any subpackage of ``tidings/broker`` (its
-    modules move between rooms); other parts match as substrings of the frame's file."""
-    if part.startswith("tidings/broker/") and part.endswith(".py"):
-        return "tidings/broker/" in file and file.rsplit("/", 1)[-1] == part.rsplit("/", 1)[-1]
-    return part in file
-
-
 def classify(frames: list[str], rules: list[tuple[str, str | None, str]], default: str) -> str:
     for f in reversed(frames):
         file, fn = _frame(f)
         for part, func, hop in rules:
-            if (func is None or fn == func) and _matches(part, file):
+            if part in file and (func is None or fn == func):
                 return hop
     return default
 
