@@ -289,7 +289,10 @@ RULES: list[tuple[str, str | None, str]] = [
     ("httptools/", None, SERVER),
 ]
 BROKER_ONLY: list[tuple[str, str | None, str]] = [("aiohttp/", None, "push")]  # its HTTP client: pushes
-FRONT_ONLY: list[tuple[str, str | None, str]] = [("aiohttp/", None, "front -> broker")]  # to the broker
+# A front's HTTP client and its WebSocket relay (websockets, both ways) exist for the hop
+# to the broker: named before every other rule for a front's samples.
+FRONT_FIRST: list[tuple[str, str | None, str]] = [("aiohttp/", None, "front -> broker"),
+                                                  ("websockets/", None, "front -> broker")]
 # The clients' process (this one): the subscriber's side, else the publisher's and the loop.
 CLIENT_RULES: list[tuple[str, str | None, str]] = [
     ("bench/hops.py", "handle", "handler"),
@@ -335,7 +338,7 @@ def split_samples(raw: Path, broker: int) -> dict[tuple[int, bool], collections.
         if k == 0:
             continue
         pid = int(frames[k - 1].split()[1].split(":")[0])
-        rules = RULES + (BROKER_ONLY if pid == broker else FRONT_ONLY)
+        rules = RULES + BROKER_ONLY if pid == broker else FRONT_FIRST + RULES
         fr = frames[k:]
         main = _main_thread(fr)
         hop = classify(fr, rules, LOOP if main and any("Runner.run" in f for f in fr[-1:]) else OTHER)
