@@ -233,6 +233,7 @@ def measure_latency(rate: float, seconds: float, stream: bool) -> tuple[dict[str
         folder.mkdir()
         with Server(Path(d) / "data", {**SERVER_ENV, "TIDINGS_HOPS_DIR": str(folder)}) as srv:
             assert srv.proc is not None
+            time.sleep(1.0)  # the fronts are up, as in the CPU loads
             asyncio.run(_load(srv, rate, seconds, stream, handle))
             records = _flush(srv.proc.pid, folder)
     handled.sort(key=lambda r: r[1])
