@@ -25,7 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "settings": {"errors", "settings_file"},
     "settings_file": {"errors"},
     "outbound": {"core"},
-    "tracing": {"core"},
+    "tracing": {"core", "hops"},
+    "hops": {"core"},
     "store": {"core", "errors"},
     "schemas": {"core", "errors", "store"},
     "pipeline": {"core", "errors", "settings"},
@@ -37,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "xmpp": {"core", "errors", "settings", "store", "broker"},
     "runtime": set(),
     "logs": set(),
-    "front": {"core", "errors", "runtime", "bodies", "logs", "http1"},
+    "front": {"core", "errors", "runtime", "bodies", "logs", "http1", "hops"},
     "http1": set(),
     "bodies": {"errors"},
 }
