@@ -21,9 +21,16 @@ import aiohttp
 import pytest
 import uvicorn
 
+from ._speed import mark_slow
 from .pg_support import pg_database, schema_address
 
 __all__ = ["pg_database"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by the marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``slow`` marker, from the one table of slow tests and why (tests/_speed.py)."""
+    mark_slow(items)
 
 
 def free_port() -> int:

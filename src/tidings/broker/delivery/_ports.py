@@ -51,9 +51,8 @@ __all__ = [
 ]
 
 
-class BehindHub(Protocol):
-    """What the writes behind the pushes need: where to write, what to count, and the
-    task group they run in (None once shutting down)."""
+class _Hub(Protocol):
+    """What every collaborator needs: where to write, what to count, and the time."""
 
     @property
     def store(self) -> Store: ...
@@ -61,19 +60,21 @@ class BehindHub(Protocol):
     @property
     def metrics(self) -> Metrics: ...
 
-    @property
-    def task_group(self) -> asyncio.TaskGroup | None: ...
-
     def now_ns(self) -> int: ...
 
 
-class RedeliveryHub(Protocol):
+class BehindHub(_Hub, Protocol):
+    """What the writes behind the pushes need: and the task group they run in (None
+    once shutting down)."""
+
+    @property
+    def task_group(self) -> asyncio.TaskGroup | None: ...
+
+
+class RedeliveryHub(_Hub, Protocol):
     """What pushing again and giving up need: the subscription's config and the service's
     settings, the clocks, the gate replays and redrives wait at, and the events of
     pending notifications (a replayed one carries its own copy)."""
-
-    @property
-    def store(self) -> Store: ...
 
     @property
     def settings(self) -> Settings: ...
@@ -82,14 +83,9 @@ class RedeliveryHub(Protocol):
     def registry(self) -> Registry: ...
 
     @property
-    def metrics(self) -> Metrics: ...
-
-    @property
     def gate(self) -> LiveFirst: ...
 
     def monotonic(self) -> float: ...
-
-    def now_ns(self) -> int: ...
 
     async def events_of(self, notes: Sequence[PendingNotification], /) -> dict[int, StoredEvent]: ...
 
@@ -100,22 +96,14 @@ class IdSource(Protocol):
     async def take(self, n: int, /) -> int: ...
 
 
-class DirectHub(Protocol):
+class DirectHub(_Hub, Protocol):
     """What pushing first and recording once confirmed needs."""
-
-    @property
-    def store(self) -> Store: ...
 
     @property
     def settings(self) -> Settings: ...
 
     @property
-    def metrics(self) -> Metrics: ...
-
-    @property
     def note_ids(self) -> IdSource: ...
-
-    def now_ns(self) -> int: ...
 
 
 class WorkerHub(BehindHub, RedeliveryHub, DirectHub, Protocol):
@@ -187,15 +175,7 @@ class Confirmable(Protocol):
     def confirmed(self, nid: int, /) -> None: ...
 
 
-class ConfirmHub(Protocol):
-    """What ``icrc72_confirm_notifications`` needs."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def metrics(self) -> Metrics: ...
-
-    def now_ns(self) -> int: ...
+class ConfirmHub(_Hub, Protocol):
+    """What ``icrc72_confirm_notifications`` needs: and a worker, to tell it."""
 
     def worker(self, sub_id: int, /) -> Confirmable | None: ...
