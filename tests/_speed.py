@@ -58,6 +58,8 @@ SLOW: dict[str, str] = {
     "test_confluent_deletes.py": "servers: a server per test on the Confluent face (22 s)",
     "test_grafana_dashboard.py": "servers: a server under load for its /metrics (39 s)",
     "test_bench_floor.py": "servers: the benchmark's servers, tidings' and granian (42 s)",
+    "test_bench_hops.py::test_the_hops_command_runs_briefly_and_prints_every_hop":
+        "servers: python -m bench.profile hops end to end, HTTP and stream, three servers each (33 s)",
     "test_interchain_e2e.py": "servers: the distributor and a broker as processes, Redis and NATS (37 s)",
     "test_console_feeds.py": "servers: a server per test, event streams resumed and ended (29 s)",
     "test_http_layer.py::test_what_the_http_layer_refuses_speaks_the_documented_shape":
