@@ -17,9 +17,9 @@ headers it carries without the recorder (the first traced event's), no header is
 Records stay in memory; ``SIGUSR2`` (or the broker's stop) writes each process's records
 so far to ``TIDINGS_HOPS_DIR/hops-<pid>-<n>.msgpack`` (written under another name, then
 renamed) and forgets them. With the variable unset nothing here is imported by the
-server, the tracing hook stays None and the apps are not wrapped: the hot path is the
-one without the recorder (BENCHMARKS.md, "Where the time goes now", says how that was
-checked).
+server, the tracing hook stays None and the apps are not wrapped: the per-request path is
+the same code as without this module (three checks of the variable, each once at a
+process's start; tests/test_bench_hops.py holds that it is not imported).
 
 Records (msgpack arrays, ``t_*`` in ns of ``time.time_ns``):
 
