@@ -80,6 +80,21 @@ def test_a_push_under_the_recorder_carries_the_headers_it_carries_without_it(tmp
         ["pub", 41]]
 
 
+def test_the_recorder_keeps_at_most_its_bound_and_counts_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server left with the variable set keeps bounded memory between flushes."""
+    monkeypatch.setattr(recorder_module, "MAX_RECORDS", 3)
+    rec = recorder_module.Recorder(str(tmp_path))
+    for i in range(5):
+        rec.push(1, [i], ["a"], [b"[]"]).end("ok", "")
+    assert len(rec.records) == 3 and rec.dropped == 2
+    rec.flush()
+    got = hops.msgspec.msgpack.decode(next(tmp_path.glob("hops-*.msgpack")).read_bytes())
+    assert [r[0] for r in got] == ["push", "push", "push", "dropped"] and got[-1] == ["dropped", 2]
+    assert rec.records == [] and rec.dropped == 0
+
+
 def test_every_rule_names_code_that_exists() -> None:
     """The CPU split maps py-spy's frames to hops by module: a module renamed or moved out
     of its package would silently fall to "other"."""

@@ -44,13 +44,17 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["ENV", "Recorder", "asgi", "recorder"]
+__all__ = ["ENV", "MAX_RECORDS", "Recorder", "asgi", "recorder"]
 
 ENV: Final = "TIDINGS_HOPS_DIR"
 
 _now = time.time_ns
 _recorder: Recorder | None = None
 _lock = threading.Lock()
+
+MAX_RECORDS: Final = 2_000_000
+"""Records kept between two flushes (a few hundred MB at most): past it, a record is
+dropped and counted, so a server left with the variable set cannot grow without end."""
 
 
 class Recorder:
@@ -59,12 +63,23 @@ class Recorder:
     def __init__(self, folder: str) -> None:
         self.folder = Path(folder)
         self.records: list[Any] = []
+        self.dropped = 0
+        """Records not kept since the last flush: ``MAX_RECORDS`` were waiting."""
         self._n = 0
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGUSR2, lambda *_: self.flush())
 
+    def keep(self, record: tuple[Any, ...]) -> None:
+        if len(self.records) < MAX_RECORDS:
+            self.records.append(record)
+        else:
+            self.dropped += 1
+
     def flush(self) -> None:
         records, self.records = self.records, []
+        if self.dropped:
+            records.append(("dropped", self.dropped))
+            self.dropped = 0
         self._n += 1
         final = self.folder / f"hops-{os.getpid()}-{self._n}.msgpack"
         tmp = final.with_suffix(".tmp")
@@ -74,14 +89,14 @@ class Recorder:
     # -- the tracing hook (tidings.tracing.Tracing's interface) ----------------------------
 
     def receive(self, rows: Sequence[Any]) -> _Publish:
-        return _Publish(self.records)
+        return _Publish(self)
 
     def push(self, sub_id: int, ids: Sequence[int], namespaces: Sequence[str], headers: Sequence[bytes]) -> _Push:
         from .core import tracecontext
 
         # What Push sends without a hook: the first traced event's context, or nothing.
         context = tracecontext.first_of(headers)
-        return _Push(self.records, sub_id, list(ids), context.pairs() if context is not None else {})
+        return _Push(self, sub_id, list(ids), context.pairs() if context is not None else {})
 
     def close(self, timeout_s: float = 0.0) -> None:
         self.flush()
@@ -90,7 +105,7 @@ class Recorder:
 class _Publish:
     __slots__ = ("_ids", "_out", "_t")
 
-    def __init__(self, out: list[Any]) -> None:
+    def __init__(self, out: Recorder) -> None:
         self._out = out
         self._t = [_now(), 0, 0]
         self._ids: Sequence[int] = ()
@@ -108,13 +123,13 @@ class _Publish:
     def end(self, results: Sequence[Any] | None) -> None:
         t = _now()
         for i in self._ids:
-            self._out.append(("pub", i, self._t[0], self._t[1], self._t[2], t))
+            self._out.keep(("pub", i, self._t[0], self._t[1], self._t[2], t))
 
 
 class _Push:
     __slots__ = ("_ids", "_out", "_sub", "_t", "headers")
 
-    def __init__(self, out: list[Any], sub_id: int, ids: list[int], headers: dict[str, str]) -> None:
+    def __init__(self, out: Recorder, sub_id: int, ids: list[int], headers: dict[str, str]) -> None:
         self._out = out
         self._sub = sub_id
         self._ids = ids
@@ -122,7 +137,7 @@ class _Push:
         self.headers = headers
 
     def end(self, outcome: str, reason: str) -> None:
-        self._out.append(("push", self._sub, self._ids, self._t, _now(), outcome))
+        self._out.keep(("push", self._sub, self._ids, self._t, _now(), outcome))
 
 
 def recorder() -> Recorder | None:
@@ -158,7 +173,7 @@ def asgi(app: Any, role: str) -> Any:
     rec = recorder()
     if rec is None:
         return app
-    out = rec.records
+    keep = rec.keep
 
     def _ok_ids(results: list[Any]) -> list[int]:
         ids = []
@@ -182,7 +197,7 @@ def asgi(app: Any, role: str) -> Any:
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         ids = []
                     for i in ids:
-                        out.append(("in", role, i, arrived, t))
+                        keep(("in", role, i, arrived, t))
             await send(message)
 
         await app(scope, receive, sending)
@@ -218,7 +233,7 @@ def asgi(app: Any, role: str) -> Any:
                             t0 = arrived.pop(ref, None)
                             ids = _ok_ids([r])
                             if t0 is not None and ids:
-                                out.append(("in", role, ids[0], t0, t))
+                                keep(("in", role, ids[0], t0, t))
             await send(message)
 
         await app(scope, receiving, sending)
