@@ -64,12 +64,14 @@ def generate(data: Path, events: int, namespaces: int) -> float:
         batch.append((seq, names[k], i, i - 1 or None, T0 + seq * step, "bench", b'[]', data_json.encode()))
         if len(batch) == 50_000:
             conn.execute("BEGIN")
-            conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+            conn.executemany("INSERT INTO events(seq, namespace, id, prev_id, timestamp, source, headers, data) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
             conn.execute("COMMIT")
             batch = []
     if batch:
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+        conn.executemany("INSERT INTO events(seq, namespace, id, prev_id, timestamp, source, headers, data) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
         conn.execute("COMMIT")
     for k, ns in enumerate(names):
         conn.execute(

@@ -36,11 +36,13 @@ EVENT = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {
 
 async def throughput(srv: Server, clients: int, batch: int, seconds: float,
                      event: dict[str, Any] | None = None, schema: tuple[str, Any] | None = None,
-                     subscription_filter: str | None = None, others: Sequence[Server] = ()) -> dict[str, float]:
+                     subscription_filter: str | None = None, others: Sequence[Server] = (),
+                     keyed: bool = False) -> dict[str, float]:
     """``clients`` concurrent publishers posting ``batch`` copies of ``event`` (namespace
     ``bench.tp``) per request for ``seconds``; counts the events answered ``Ok``. With
     ``schema`` (format, model), the publication is bound to it and every event validated.
-    With ``others`` (broadcasters sharing ``srv``'s store), the clients are spread over all."""
+    With ``others`` (broadcasters sharing ``srv``'s store), the clients are spread over all.
+    ``keyed``: each event has an idempotency key of its own (as the SDK sends them)."""
     event = EVENT if event is None else event
     headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
     conn = aiohttp.TCPConnector(limit=clients)
@@ -59,18 +61,27 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
             sub = [{"namespace": "bench.tp", "endpoint": sink[1], "filter": subscription_filter}]
             await post(s, srv.url, "icrc72_register_subscription", json.dumps(sub).encode())
         body = json.dumps([event] * batch).encode()
+        # A keyed event: the event's JSON with a key spliced in before its closing brace,
+        # 36 characters as a UUID's, unique per client, request and position.
+        head = json.dumps(event).encode()[:-1] + b', "idempotencyKey": "'
         count = 0
         stop = time.monotonic() + seconds
 
-        async def client(url: str) -> None:
+        async def client(url: str, k: int = 0) -> None:
             nonlocal count
+            n = 0
             while time.monotonic() < stop:
-                out = json.loads(await post(s, url, "icrc72_publish", body))
+                if keyed:
+                    n += 1
+                    data = b"[" + b",".join(head + b"%08d-%08d-%018d\"}" % (k, n, i) for i in range(batch)) + b"]"
+                else:
+                    data = body
+                out = json.loads(await post(s, url, "icrc72_publish", data))
                 count += sum(1 for r in out if r and "Ok" in r)
 
         urls = [x.url for x in (srv, *others)]
         t0 = time.monotonic()
-        await asyncio.gather(*(client(urls[k % len(urls)]) for k in range(clients)))
+        await asyncio.gather(*(client(urls[k % len(urls)], k) for k in range(clients)))
         elapsed = time.monotonic() - t0
         if sink is not None:
             await sink[0].cleanup()

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.profile publish            # publish-100, 8 clients
     .venv/bin/python -m bench.profile publish --gil      # only who holds the interpreter lock
+    .venv/bin/python -m bench.profile publish --keyed    # each event with an idempotency key
     .venv/bin/python -m bench.profile fanout             # 100 endpoints
     .venv/bin/python -m bench.profile stream-publish     # WebSocket, 1 event/message, 2 x 1000 in flight
     .venv/bin/python -m bench.profile stream-fanout      # 100 stream: subscriptions on 4 connections
@@ -129,8 +130,8 @@ def _report(raw: Path, top: int) -> None:
 
 async def _run(what: str, srv: Server, seconds: float) -> tuple[int, str, float]:
     """Count, unit, and the scenario's own rate (fan-out: from the first publish on)."""
-    if what == "publish":
-        r = await throughput(srv, 8, 100, seconds)
+    if what in ("publish", "publish-keyed"):
+        r = await throughput(srv, 8, 100, seconds, keyed=what == "publish-keyed")
         return int(r["events"]), "event", float(r["events_per_s"])
     if what == "stream-publish":
         from bench import stream
@@ -169,7 +170,8 @@ async def _replay(srv: Server, events: int) -> tuple[int, str, float]:
 REPLAY_EVENTS = 200_000
 
 
-def profile(what: str, seconds: float, gil: bool, top: int, workers: int, sample: bool = True) -> None:
+def profile(what: str, seconds: float, gil: bool, top: int, workers: int, sample: bool = True,
+            keyed: bool = False, keep: Path | None = None) -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if sample and not Path(spy).exists():
         raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
@@ -191,7 +193,7 @@ def profile(what: str, seconds: float, gil: bool, top: int, workers: int, sample
         if what == "replay":
             count, unit, rate = asyncio.run(_replay(srv, REPLAY_EVENTS))
         else:
-            count, unit, rate = asyncio.run(_run(what, srv, seconds))
+            count, unit, rate = asyncio.run(_run(what + ("-keyed" if keyed else ""), srv, seconds))
         cpu1, elapsed = _cpu(srv.proc.pid), time.monotonic() - t0
         if what == "replay" and sample:
             rec.send_signal(signal.SIGINT)  # py-spy writes what it has
@@ -203,6 +205,8 @@ def profile(what: str, seconds: float, gil: bool, top: int, workers: int, sample
         print(_split_line(used, count, unit))
         if sample and raw.exists():
             _report(raw, top)
+            if keep is not None:
+                shutil.copyfile(raw, keep)
 
 
 @contextlib.contextmanager
@@ -249,6 +253,8 @@ def main() -> None:
     ap.add_argument("what", choices=["publish", "fanout", "stream-publish", "stream-fanout", "replay", "split", "hops"])
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
+    ap.add_argument("--keyed", action="store_true", help="publish: each event with an idempotency key")
+    ap.add_argument("--raw", type=Path, default=None, help="keep py-spy's raw samples in this file")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--rate", type=float, default=1000.0, help="split, hops: events per second")
     ap.add_argument("--stream", action="store_true", help="split, hops: publish and receive over /v1/stream")
@@ -268,7 +274,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-profile-") as d, Server(Path(d)) as srv:
             asyncio.run(split(srv, a.rate, a.seconds, a.stream))
     else:
-        profile(a.what, a.seconds, a.gil, a.top, a.workers, sample=not a.cpu_only)
+        profile(a.what, a.seconds, a.gil, a.top, a.workers, sample=not a.cpu_only, keyed=a.keyed, keep=a.raw)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from bench._scenario import (
     mark_incomplete,
     notifications_figure,
 )
+from bench.cpu_row import cpu, stream_cpu
 from bench.payloads import (
     AVRO_SCHEMA,
     EVENT,
@@ -64,6 +65,10 @@ async def publish(s: Settings, batch: int) -> list[Row]:
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
             return await throughput(srv, s.clients, batch, s.seconds, event=EVENT)
 
+    async def run_keyed() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d)) as srv:
+            return await throughput(srv, s.clients, batch, s.seconds, event=EVENT, keyed=True)
+
     async def run_one_process() -> dict[str, Any]:
         env = {"TIDINGS_WORKERS": "1"}
         with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d), env) as srv:
@@ -73,6 +78,10 @@ async def publish(s: Settings, batch: int) -> list[Row]:
     workers = os.cpu_count() or 1
     rows = [await _guard(name, "tidings", f"{how}, {workers} processes (broker + fronts)", unit, timeout,
                          run_tidings, fig)]
+    # The same, each event with an idempotency key of its own (docs/wire-format.md): the
+    # lookup and the key's row in the commit of its event.
+    rows.append(await _guard(name, "tidings, keyed", f"{how}, {workers} processes, an idempotency key per event",
+                             unit, timeout, run_keyed, fig))
     if workers > 1:
         rows.append(await _guard(name, "tidings, one process", f"{how}, TIDINGS_WORKERS=1", unit, timeout,
                                  run_one_process, fig))
@@ -82,9 +91,16 @@ async def publish(s: Settings, batch: int) -> list[Row]:
             with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d), env) as srv:
                 return await throughput(srv, s.clients, batch, s.seconds, event=EVENT)
 
+    async def run_keyed_on_postgresql() -> dict[str, Any]:
+        async with _pg_store() as env:
+            with tempfile.TemporaryDirectory(prefix="bench-tidings-") as d, Server(Path(d), env) as srv:
+                return await throughput(srv, s.clients, batch, s.seconds, event=EVENT, keyed=True)
+
     how_pg = f"HTTP, {batch} event{'s' if batch > 1 else ''}/request, TIDINGS_STORE=postgresql://, {workers} processes"
     rows.append(await _guard(name, "tidings on PostgreSQL", how_pg, unit, timeout, run_on_postgresql, fig,
                              s.peers["postgres"]))
+    rows.append(await _guard(name, "tidings on PostgreSQL, keyed", how_pg + ", an idempotency key per event", unit,
+                             timeout, run_keyed_on_postgresql, fig, s.peers["postgres"]))
     if batch > 1:  # the cost of validating every event against a bound schema
         for fmt, model in (("JSON", JSON_SCHEMA), ("AVRO", AVRO_SCHEMA), ("PROTOBUF", PROTOBUF_SCHEMA)):
 
@@ -397,4 +413,6 @@ SCENARIOS: dict[str, Callable[[Settings], Awaitable[list[Row]]]] = {
     "pipeline": pipeline,
     "cluster": cluster,
     "tracing": tracing,
+    "cpu": cpu,
+    "stream-cpu": stream_cpu,
 }

@@ -37,6 +37,10 @@ KINDS = ("servers", "spark", "browser", "prosody", "chaos", "soak", "waits")
 
 SLOW: dict[str, str] = {
     # Real servers started as processes.
+    "test_overload.py::test_a_stalled_disk_is_shed_told_and_recovered": "servers: two servers on a disk held "
+    "by an fsync shim, each waiting out the store's timeout (35 s)",
+    "test_overload.py::test_a_paused_postgresql_is_shed_told_and_recovered": "chaos: a throwaway PostgreSQL "
+    "cluster, paused with SIGSTOP while a server waits out its timeouts (25 s)",
     "test_e2e_stream.py": "servers: a server per test (36), with hypothesis over the stream face (198 s)",
     "test_e2e_hostile_input.py": "servers: a server per test (27) (159 s)",
     "test_e2e_subscriptions.py": "servers: a server and an endpoint per test (118 s)",
@@ -49,7 +53,16 @@ SLOW: dict[str, str] = {
     "test_e2e_signing.py": "servers: a server per test, secrets rotated (39 s)",
     "test_e2e_postgresql.py": "servers: servers on PostgreSQL (25 s)",
     "test_e2e_outbound.py": "servers: a server per outbound policy (21 s)",
+    "test_cli_commands.py": "servers: a server per test, the CLI as processes, restarts and a lease waited out (149 s)",
+    "test_examples.py": "servers: a server per example, each example a process; Spark for spark_read (75 s)",
+    "test_cli_profiles.py": "servers: a server per test and some 40 runs of the CLI as processes (83 s)",
+    "test_cli_hostile.py": "servers: a server per test, a 100 MB line and a million lines published (98 s)",
     "test_cluster.py": "servers: several broadcasters on PostgreSQL, one killed for failover (71 s)",
+    "test_cluster_registry.py": "servers: two broadcasters on PostgreSQL per test, and a server per test (52 s)",
+    "test_cluster_registry_stateful.py": (
+        "servers: three broadcasters on PostgreSQL driven by hypothesis's stateful testing (35 s)"
+    ),
+    "test_clock_e2e.py": "servers: two broadcasters on PostgreSQL, one under libfaketime stepped under load (30 s)",
     "test_graceful_stop.py": "servers: SIGTERM and a rolling restart of a cluster under load (60 s)",
     "test_credentials.py": "servers: a server per test, revocation on a running one (36 s)",
     "test_fronts.py": "servers: servers of several processes, with hypothesis (34 s)",
@@ -115,6 +128,8 @@ SLOW: dict[str, str] = {
     "test_pipeline_sink.py": "spark: batch and streaming writes through a real broker (72 s)",
     "test_pipeline_archive.py": "spark: the archive job read back through Spark SQL, after kills (71 s)",
     "test_pipeline_postgresql.py": "spark: the pipeline on a PostgreSQL store (38 s)",
+    "test_pipeline_spark_archive.py": "spark: tidings archive --master, local[N] jobs killed and failed in "
+                                      "subprocesses, a throwaway PostgreSQL stopped mid-job (10 min on a busy host)",
     "test_pipeline_connect.py": "spark: a Spark Connect server started from PySpark (37 s)",
     "test_pipeline_stream.py": "spark: readStream with restarts from a checkpoint (18 s)",
     "test_pipeline_source.py": "spark: the data source's reads and pushdown (13 s plus the session)",
@@ -129,10 +144,12 @@ SLOW: dict[str, str] = {
     "test_console.py": "browser: the console driven from Chromium by Playwright",
     "test_xmpp.py": "prosody: the XMPP face against a real Prosody",
     # Chaos and fault injection.
-    "test_cluster_faults.py": "chaos: a throwaway PostgreSQL primary and standby, one fault of each kind (132 s)",
+    "test_cluster_faults.py": "chaos: a throwaway PostgreSQL primary and standby, one fault of each kind (186 s)",
     "test_crash_safety.py": "chaos: the server SIGKILLed again and again under load (50 s)",
     "test_interchain_crash.py": "chaos: the distributor SIGKILLed again and again (32 s)",
     "test_failed_writes.py": "chaos: the store's connection cut through a proxy while pushes go on (39 s)",
+    "test_publish_retries.py": "chaos: answers dropped by a proxy, a server SIGKILLed mid-publish (61 s)",
+    "test_publish_db_restart.py": "chaos: a throwaway PostgreSQL cluster restarted under keyed publishes",
     # Long soak and property runs.
     "test_fuzz_openapi.py": "soak: schemathesis over every operation of a real server (154 s)",
     "test_e2e_hostile_endpoints.py": "soak: a thousand subscriptions at endpoints that never answer (15 s)",

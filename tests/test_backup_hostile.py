@@ -57,7 +57,8 @@ def make_store(folder: Path, padding: int = 0) -> Path:
     if padding:
         c = sqlite3.connect(folder / "tidings.db")
         with c:
-            c.execute("INSERT INTO events VALUES (1, 'n', 1, NULL, 0, 's', x'', ?)", (os.urandom(padding),))
+            c.execute("INSERT INTO events(seq, namespace, id, prev_id, timestamp, source, headers, data) "
+                      "VALUES (1, 'n', 1, NULL, 0, 's', x'', ?)", (os.urandom(padding),))
         c.close()
     return folder / "tidings.db"
 

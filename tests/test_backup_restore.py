@@ -77,6 +77,7 @@ async def scenario(server: ServerProcess, endpoints: Any, take: Backup, put_back
         dead_sub = await sub.subscribe(NS, "http://127.0.0.1:9/", config={MAX_ATTEMPTS: 1})
         schema = await schemas.register({"type": "object"}, name="backup-test")
         await alice.publish_many(NS, range(50))
+        keyed_id = await alice.publish(NS, "keyed", key="backed-up-key")  # its key is in the backup too
 
         async def publishing() -> None:
             n = 0
@@ -109,6 +110,8 @@ async def scenario(server: ServerProcess, endpoints: Any, take: Backup, put_back
         await eventually(lambda: again <= set(got[len(before):]), timeout=30)
         assert {i for _, i in got} >= set(range(1, last + 1))
         async with Publisher(restored.url, alice_token) as alice:  # alice's token still works
+            # A retry after the restore is recognised: the key came back with its event.
+            assert await alice.publish(NS, "keyed", key="backed-up-key") == keyed_id
             assert await alice.publish(NS, "after") == last + 1  # gap-free after the backed-up events
         await eventually(lambda: (NS, last + 1) in got[len(before):], timeout=20)  # signed as before
         async with Schemas(restored.url, restored.admin_token) as schemas:

@@ -384,3 +384,30 @@ async def test_the_webhook_handshake_as_a_receiver(ce: Ce) -> None:
     async with ce.http.get(ce.url, headers=ce.auth()) as r:
         assert r.status == 405 and (await r.json())["error"]["code"] == "method_not_allowed"
         assert "POST" in r.headers["Allow"]
+
+
+async def test_a_cloudevent_sent_again_is_a_repeat_of_the_first(ce: Ce) -> None:
+    """CloudEvents 1.0 §3.1.1: ``source`` + ``id`` identify an event; a sender's retry of one
+    stores nothing and answers its first id (docs/cloudevents.md, "Sent again")."""
+    base = {"ce-specversion": "1.0", "ce-source": "/shop", "ce-type": "t", "content-type": "application/json"}
+    assert await ce.post(b'{"n": 1}', {**base, "ce-id": "a"}) == (200, [{"Ok": [1]}])
+    assert await ce.post(b'{"n": 1}', {**base, "ce-id": "a"}) == (200, [{"Ok": [1], "repeat": True}])
+    structured = json.dumps({"specversion": "1.0", "source": "/shop", "id": "s", "type": "t", "data": {"n": 1}})
+    for _ in range(2):  # in a batch, each event's source + id is its key
+        assert (await ce.post(f"[{structured}]".encode(), {"content-type": "application/cloudevents-batch+json"}))[
+            1][0]["Ok"] == [2]
+    # Another source, the same id: another event.
+    assert await ce.post(b'{"n": 1}', {**base, "ce-id": "a", "ce-source": "/other"}) == (200, [{"Ok": [3]}])
+    # The same source and id with other data: refused, not mapped to the first.
+    status, body = await ce.post(b'{"n": 2}', {**base, "ce-id": "a"})
+    assert status == 422 and body[0]["Err"]["GenericError"]["error_code"] == 5
+    # The publisher's own key wins over source + id.
+    assert await ce.post(b'{"n": 3}', {**base, "ce-id": "b", "idempotency-key": "mine"}) == (200, [{"Ok": [4]}])
+    assert await ce.post(b'{"n": 3}', {**base, "ce-id": "b", "idempotency-key": "mine"}) == (
+        200, [{"Ok": [4], "repeat": True}])
+    # A content that differs from the key's first event (its ce-id) is refused as another event.
+    assert (await ce.post(b'{"n": 3}', {**base, "ce-id": "c", "idempotency-key": "mine"}))[0] == 422
+    # Pushes go in event order: once event 5 is pushed, any repeat pushed would have been too.
+    assert await ce.post(b'{"n": 5}', {**base, "ce-id": "last"}) == (200, [{"Ok": [5]}])
+    await ce.pushed(5)
+    assert [n["eventId"] for n in ce.recorder.notes] == [1, 2, 3, 4, 5]

@@ -78,21 +78,22 @@ async def api(http: aiohttp.ClientSession, server: ServerProcess, method: str, a
         return body
 
 
-def sdk_events() -> list[CloudEvent]:
+def sdk_events(tag: str = "") -> list[CloudEvent]:
     """The kinds of data the issue names: a JSON payload, non-ASCII text, bytes; and
-    every kind of attribute (with a non-ASCII subject, an extension, a trace context)."""
+    every kind of attribute (with a non-ASCII subject, an extension, a trace context).
+    ``tag`` ends each id: ``source`` and ``id`` identify a CloudEvent."""
     cet = timezone(timedelta(hours=1))
     common = {"source": "https://shop.example/orders", "type": "com.example.order.created"}
     return [
-        CloudEvent({**common, "id": "json-1", "datacontenttype": "application/json", "subject": "Grüße ☃ 100%",
+        CloudEvent({**common, "id": "json-1" + tag, "datacontenttype": "application/json", "subject": "Grüße ☃ 100%",
                     "time": datetime(2026, 11, 27, 8, 0, 0, 123456, tzinfo=cet), "region": "eu-west",
                     "dataschema": "https://shop.example/order.json",
                     "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
                    {"order": {"items": [{"sku": "a-1", "qty": 2}, {"sku": "b", "qty": 1}], "total": 12.5,
                               "note": None, "gift": False, "tags": ["é", "ü"], "big": 2**70}}),
-        CloudEvent({**common, "id": "text-1", "datacontenttype": "text/plain; charset=utf-8",
+        CloudEvent({**common, "id": "text-1" + tag, "datacontenttype": "text/plain; charset=utf-8",
                     "time": datetime(2026, 11, 27, 7, 0, tzinfo=UTC)}, "naïve café ☃ — ünïcödé"),
-        CloudEvent({**common, "id": "bytes-1", "datacontenttype": "application/octet-stream",
+        CloudEvent({**common, "id": "bytes-1" + tag, "datacontenttype": "application/octet-stream",
                     "time": datetime(2026, 11, 27, 7, 0, 1, tzinfo=UTC), "partition": "7"},
                    b"\x00\xff\xfe binary \x80"),
     ]
@@ -113,8 +114,8 @@ async def test_the_sdk_round_trip_in_both_modes(sdk_server: ServerProcess, endpo
                 "config": [["tidings:subscription:cloudevents", {"Text": mode}]]}])
             assert "Ok" in r
         sent = []
-        for writer in (to_binary, to_structured):
-            for event in sdk_events():
+        for writer, tag in ((to_binary, "-b"), (to_structured, "-s")):
+            for event in sdk_events(tag):
                 message = writer(event, FORMAT)
                 async with http.post(f"{sdk_server.url}/v1/cloudevents/{NS}", data=message.body, headers={
                         "authorization": f"Bearer {sdk_server.admin_token}", **message.headers}) as resp:
@@ -123,6 +124,15 @@ async def test_the_sdk_round_trip_in_both_modes(sdk_server: ServerProcess, endpo
                 # One at a time, so each push holds one event and keeps its mode.
                 n = len(sent)
                 await eventually(lambda: len(binary_rx.events) == n and len(structured_rx.events) == n)  # noqa: B023
+        # The same CloudEvents (same source and id) sent again in the other mode are repeats:
+        # answered with the first ids, stored and pushed no more (issue 45).
+        for event in sdk_events("-b"):
+            message = to_structured(event, FORMAT)
+            async with http.post(f"{sdk_server.url}/v1/cloudevents/{NS}", data=message.body, headers={
+                    "authorization": f"Bearer {sdk_server.admin_token}", **message.headers}) as resp:
+                assert resp.status == 200, await resp.text()
+                (item,) = await resp.json()
+                assert item.get("repeat") is True, item
     assert binary_rx.modes == ["binary"] * 6 and structured_rx.modes == ["structured"] * 6
     for rx in (binary_rx, structured_rx):
         for want, got in zip(sent, rx.events, strict=True):

@@ -123,29 +123,39 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
     by = await eventually(settled, timeout=20)
     assert len(set(by.values())) >= 2
 
-    async with Admin(servers[1].url, servers[1].admin_token) as admin:
-        infos = await admin.get_broadcasters()
-        assert [b.broadcaster for b in infos] == ["b0", "b1", "b2"]
-        stats = {b.broadcaster: dict(b.stats) for b in infos}
-        assert sum(s["tidings:broadcaster:subscriptions"]["Nat"] for s in stats.values()) == 30
-        assert stats["b2"]["tidings:broadcaster:url"] == {"Text": f"http://127.0.0.1:{servers[2].port}"}
-        # The publication, and each broadcaster's own control-plane namespace.
-        assert {k: s["tidings:broadcaster:publications"]["Nat"] for k, s in stats.items()} == {
-            k: 1 + (k == owner) for k, owner in zip(stats, [await owner_of(admin, NS)] * 3, strict=True)
-        }
-        assert [b.broadcaster for b in await admin.get_broadcasters(prev="b0", take=1)] == ["b1"]
+    async def shown() -> bool:
+        """What the admin methods show agrees with one settled reading of the holders (on
+        a loaded machine a share may move between two readings: then look again)."""
+        before = await settled()
+        if before is None or len(set(before.values())) < 2:
+            return False
+        async with Admin(servers[1].url, servers[1].admin_token) as admin:
+            infos = await admin.get_broadcasters()
+            assert [b.broadcaster for b in infos] == ["b0", "b1", "b2"]
+            stats = {b.broadcaster: dict(b.stats) for b in infos}
+            assert stats["b2"]["tidings:broadcaster:url"] == {"Text": f"http://127.0.0.1:{servers[2].port}"}
+            # The publication, and each broadcaster's own control-plane namespace.
+            assert {k: s["tidings:broadcaster:publications"]["Nat"] for k, s in stats.items()} == {
+                k: 1 + (k == owner) for k, owner in zip(stats, [await owner_of(admin, NS)] * 3, strict=True)
+            }
+            assert [b.broadcaster for b in await admin.get_broadcasters(prev="b0", take=1)] == ["b1"]
+            serving = await admin.get_publication_broadcasters(NS)
+            roles = {b.broadcaster: dict(b.stats)["tidings:broadcaster:role"]["Text"] for b in serving}
+            assert list(roles.values()).count("owner") == 1
+            counts = {b.broadcaster: dict(b.stats)["tidings:broadcaster:publication:subscriptions"]["Nat"]
+                      for b in serving}
+            with pytest.raises(Exception, match="namespace"):
+                await admin.get_publication_broadcasters("com.example.nothing")
+            assert await owner_of(admin, "icrc72:broadcaster:sys:b2") == "b2"
+            named = await admin.get_broadcaster_subscriptions("b0")
+        return (
+            await settled() == before
+            and sum(s["tidings:broadcaster:subscriptions"]["Nat"] for s in stats.values()) == 30
+            and set(roles) >= set(before.values()) and sum(counts.values()) == 30
+            and {s.id for s in named} == {i for i, b in before.items() if b == "b0"}
+        )
 
-        serving = await admin.get_publication_broadcasters(NS)
-        roles = {b.broadcaster: dict(b.stats)["tidings:broadcaster:role"]["Text"] for b in serving}
-        assert list(roles.values()).count("owner") == 1
-        assert set(roles) >= set(by.values())
-        counts = {b.broadcaster: dict(b.stats)["tidings:broadcaster:publication:subscriptions"]["Nat"] for b in serving}
-        assert sum(counts.values()) == 30
-        with pytest.raises(Exception, match="namespace"):
-            await admin.get_publication_broadcasters("com.example.nothing")
-        assert await owner_of(admin, "icrc72:broadcaster:sys:b2") == "b2"
-        named = await admin.get_broadcaster_subscriptions("b0")
-        assert {s.id for s in named} == {i for i, b in by.items() if b == "b0"}
+    await eventually(shown, timeout=30, interval=0.3)
 
     # Each broadcaster recorded what it took on its control-plane namespace; an admin
     # tails it, nobody registers or publishes to it, and only admins subscribe to it. (A
@@ -163,9 +173,12 @@ async def test_broadcasters_share_the_subscriptions_and_show_it(
         return out
 
     async def recorded_all() -> bool:
-        return await recorded() == by
+        # Against the holders as they are at each look: on a loaded machine a share may
+        # still move after the first settled reading, and the log follows it.
+        now = await holders(servers)
+        return sorted(now) == sorted(sub_ids) and await recorded() == now
 
-    await eventually(recorded_all, timeout=10, interval=0.2)
+    await eventually(recorded_all, timeout=30, interval=0.2)
     alice = servers[0].cli("principal", "create", "alice")
     async with aiohttp.ClientSession() as http:
         for method, arg in (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -15,6 +16,7 @@ import aiohttp
 import pytest
 
 from tidings.broker.auth import Authenticator
+from tidings.errors import StoreUnavailable
 from tidings.store import MemoryStore
 
 from .conftest import ServerProcess, admin_api, eventually
@@ -72,6 +74,57 @@ async def test_the_cache_never_outlives_its_ttl() -> None:
     now[0] = 2.5
     with pytest.raises(Exception, match="revoked"):
         await auth.principal(f"Bearer {token}")
+
+
+async def test_while_the_store_is_unreachable_a_token_seen_lately_still_names_its_principal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that cannot be reached: a token the store confirmed within ``stale_s`` keeps
+    its principal (the caller then learns what really fails: the commit), with no look-up
+    per request; an older one and a token never seen are refused as the store's outage,
+    never let in. A slow store is waited for: a revocation it holds is never skipped."""
+    now = [0.0]
+    store = MemoryStore()
+    await store.open()
+    auth = Authenticator(store, cache_s=2.0, clock=lambda: now[0], stale_s=30.0)
+    seen, unseen = await auth.create("erin"), await auth.create("fay")
+    assert seen is not None and unseen is not None
+    assert (await auth.principal(f"Bearer {seen}")).name == "erin"
+    looked = [0]
+
+    async def down(_h: bytes) -> None:
+        looked[0] += 1
+        raise StoreUnavailable("the store is paused")
+
+    monkeypatch.setattr(store, "principal_by_token", down)
+    for t in (2.5, 3.0, 4.0, 29.0):
+        now[0] = t
+        assert (await auth.principal(f"Bearer {seen}")).name == "erin"
+    assert looked[0] == 2  # at 2.5, then at 29 (the entry kept from 2.5 lasts 2 s)
+    now[0] = 30.5  # confirmed at 0: too long ago
+    with pytest.raises(StoreUnavailable):
+        await auth.principal(f"Bearer {seen}")
+    with pytest.raises(StoreUnavailable):
+        await auth.principal(f"Bearer {unseen}")
+
+    monkeypatch.undo()
+    assert (await auth.principal(f"Bearer {seen}")).name == "erin"  # confirmed at 30.5
+    await store.revoke_tokens("erin")  # through another member: not this cache
+    release = asyncio.Event()
+    real = store.principal_by_token
+
+    async def slow(h: bytes) -> Any:
+        await release.wait()
+        return await real(h)
+
+    monkeypatch.setattr(store, "principal_by_token", slow)
+    now[0] = 40.0
+    asking = asyncio.ensure_future(auth.principal(f"Bearer {seen}"))
+    await asyncio.sleep(0.05)
+    assert not asking.done()  # waited for, not answered from the cache
+    release.set()
+    with pytest.raises(Exception, match="revoked"):
+        await asking
 
 
 def _mode(p: Path) -> int:

@@ -7,20 +7,20 @@ import tidings.store
 
 CLIENT = {
     "Admin", "ApiResponseError", "ClientError", "ConfirmResult", "Event", "EventNotification", "Handler",
-    "ItemError", "ItemResult", "Principal", "Publisher", "Subscriber", "SyncAdmin", "SyncPublisher",
+    "ItemError", "ItemResult", "Principal", "PublishUncertain", "Publisher", "Subscriber", "SyncAdmin", "SyncPublisher",
     "TransportError", "Value", "from_python", "item_result", "to_python",
     "SchemaWarning", "Schemas", "SyncSchemas", "schema_result",
     "Replays", "SyncReplays", "replay_result",
-    "Stream",
+    "Stream", "RetryLater",
 }
 
 STORE = {
-    "DeadLetter", "DeliveryRecord", "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord",
+    "DeadLetter", "DeliveryRecord", "KeyRecord", "MemoryStore", "NewEvent", "PendingNotification", "PrincipalRecord",
     "PublicationRecord", "SQLiteStore", "PostgresStore", "Stat", "Store", "StoredEvent", "SubscriptionRecord",
     "SubscriptionSecret",
-    "SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaVersion",
+    "SchemaChange", "SchemaConflict", "SchemaRecord", "SchemaSnapshot", "SchemaVersion",
     "InsufficientCredit", "ReplayCounts", "ReplayRecord",
-    "AppendRouter", "Route", "store_for", "redact_address",
+    "AppendRouter", "Route", "store_for", "redact_address", "disk_cause",
     "PrincipalStore", "RegistryStore", "EventStore", "DeliveryStore", "StatisticsStore", "SchemaStore", "ReplayStore",
     # Several broadcasters on one store (docs/scaling.md).
     "ClusterStore", "BroadcasterRecord", "LeaseRecord", "Fence", "CHANGE_LOG", "CHANGE_LOST", "CHANGE_REGISTRY",
@@ -50,7 +50,9 @@ def test_store_interface_methods() -> None:
         "count_attempt", "take_notification_ids", "record_confirmed",
         "dead_letter", "list_dead_letters", "redrive_dead_letters", "drop_dead_letters",
         "deliveries", "add_stats", "stats", "stat_keys",
-        "load_schemas", "create_schema", "save_schema", "put_schema_setting", "schema_changes", "trim_events",
+        "load_schemas", "schema_seq", "create_schema", "save_schema", "put_schema_setting", "schema_changes",
+        "trim_events",
+        "find_keys", "expire_keys",
         "create_replay", "list_replays", "get_replays", "move_replay", "record_replay_batch", "replay_events",
         "replay_id_base", "record_replay_confirmed",
         "replay_counts", "sweep_replay_notes", "read_range", "last_event_id", "fund_credit", "credit_balance",

@@ -61,7 +61,12 @@ async def test_a_fixture_store_is_migrated_and_served(
     data = tmp_path / "data"
     data.mkdir(mode=0o700)
     shutil.copyfile(fixture / "admin.token", data / "admin.token")
+    # The fixture's pending notification was recorded when the fixture was made, after up to
+    # 17 failed attempts: the default max age (a day) would dead-letter it once the fixture is
+    # a day old, and the default max attempts (20) after the three or so pushes to its old
+    # endpoint that can go out before the test points it at a live one.
     env = {"TIDINGS_WORKERS": "1", "TIDINGS_RETRY_INITIAL_S": "0.05", "TIDINGS_RETRY_MAX_S": "0.2",
+           "TIDINGS_MAX_AGE_S": str(365 * 86_400), "TIDINGS_MAX_ATTEMPTS": "1000000",
            "TIDINGS_STORE": ""}
     cleanup: Callable[[], None] = lambda: None  # noqa: E731
     version: Callable[[], int]

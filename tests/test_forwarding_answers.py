@@ -7,8 +7,10 @@ PostgreSQL store: an owner that surely stored nothing (unreachable, or refusing 
 them (silent past the timeout, 5xx, a cut or unreadable or oversized answer) makes the
 sender withdraw the relay's token: if the owner had not stored them it never will, and
 they are stored here (``None``); if it had, the answer is the ids it stored them under.
-Only a store the sender cannot reach either leaves it unknown: every event is then a
-``GenericBatchError`` saying so. Never a silent success, never a second copy."""
+Only a store the sender cannot reach either leaves it unknown: every event is then the
+retryable item error ``GenericError`` 6 ("may have been stored: retry with the same key"),
+never ``GenericBatchError``, which says nothing took effect. Never a silent success, never
+a second copy."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from aiohttp import web
 
 from tidings.broker.cluster import Forwarding, RelayBatch, Relayed
 from tidings.broker.cluster import _forwarding as forwarding
-from tidings.core.ingest import Prepared
-from tidings.core.wire import ok
+from tidings.core.ingest import ERR_MAYBE_STORED, Prepared
+from tidings.core.wire import Err, GenericError, ok
 from tidings.store import NewEvent, PostgresStore, PrincipalRecord
 
 from .conftest import free_port
@@ -134,8 +136,9 @@ async def test_a_store_that_cannot_say_makes_each_event_an_error_saying_so(owner
         await store.open()
     assert got is not None and got.results[1] is None  # position 1 was not among the forwarded
     for i in (0, 2):
-        plain = msgspec.to_builtins(got.results[i])
-        assert "Err" in plain and "GenericBatchError" in str(plain) and "may or may not be stored" in str(plain)
+        r = got.results[i]
+        assert r is not None and isinstance(r.Err, Err) and r.Err.code == "GenericError"
+        assert isinstance(r.Err.GenericError, GenericError) and r.Err.GenericError.error_code == ERR_MAYBE_STORED
 
 
 @pytest.mark.parametrize("how", ["refuses", "unreachable"])

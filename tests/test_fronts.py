@@ -221,7 +221,8 @@ _JSON_CT = (b"content-type", b"application/json")
 CE_CASES: list[tuple[str, list[tuple[bytes, bytes]], bytes, str | None]] = [
     (NS, [*_CE, _JSON_CT], b'{"a": 1}', None),  # 200
     (NS, [*_CE, (b"ce-subject", b"\xff\xfe"), _JSON_CT], b"1", None),  # not UTF-8: 400
-    (NS, [*_CE, (b"ce-subject", "é".encode()), _JSON_CT], b"1", None),  # raw UTF-8: 200
+    # raw UTF-8: 200 (an id of its own: source and id are the event's idempotency key)
+    (NS, [*_CE[:1], (b"ce-id", b"3"), *_CE[2:], (b"ce-subject", "é".encode()), _JSON_CT], b"1", None),
     (NS, [*_CE, (b"ce-id", b"2"), _JSON_CT], b"1", None),  # repeated: 400
     (NS, [*_CE, (b"ce-time", b"noon"), _JSON_CT], b"1", None),  # 400
     (NS, [*_CE, _JSON_CT], b"{", None),  # declared JSON, is not: 400

@@ -65,6 +65,28 @@ async def test_jetstream_publishes_each_global_id_once(tmp_path: Path) -> None:
         await nc.close()
 
 
+async def test_the_tidings_network_publishes_each_global_id_once(tmp_path: Path, server: ServerProcess) -> None:
+    """As JetStream's ``Nats-Msg-Id``: the adapter keys each event by its global id, so a
+    resend (the distributor's outbox after a crash or a lost answer) stores nothing twice
+    and counts as sent (docs/interchain.md)."""
+    state = SQLiteState(tmp_path / "state.db")
+    await state.open()
+    net = BrokerNetwork("T", {"url": server.url, "token": server.admin_token, "namespace": "dlt.once"},
+                        NetworkContext(public_url="http://127.0.0.1:1", state=state))
+    try:
+        bodies = [msgspec.convert({**event(i), "dataLocation": "https://m.example/e?hl=" + escape_global_id(g)},
+                                  DltPublish) for i, g in enumerate(IDS)]
+        assert await net.publish_many(bodies) == len(bodies)
+        assert await net.publish_many(bodies) == len(bodies)  # a resend of the whole batch
+        for b in bodies:
+            await net.publish(b)
+        async with Publisher(server.url, server.admin_token) as pub:
+            assert await pub.publish("dlt.once", "next") == len(IDS) + 1  # nothing else was stored
+    finally:
+        await net.close()
+        await state.close()
+
+
 async def test_jetstream_publish_counts_only_what_the_stream_holds(tmp_path: Path) -> None:
     """A resend whose first copy is still in the stream is absorbed by the duplicate
     window; one whose first copy was deleted inside the window (acknowledged as a

@@ -99,6 +99,7 @@ def mallory_on_alices(w: World) -> dict[str, Any]:
         "tidings_reveal_subscription_secrets": [sub],
         "tidings_rotate_subscription_secret": [{"id": sub}],
         "tidings_create_principal": {"name": "mallory2", "admin": True},
+        "tidings_get_principals": {},
         "tidings_revoke_tokens": {"principal": "alice"},
         "update_schema_state": [{"id": schema, "state": "Retracted"}],
         "delete_schema": [schema],
@@ -176,8 +177,8 @@ async def test_admin_only_methods_refuse_others_in_one_shape(world: World) -> No
 
 
 async def test_the_admin_may_do_what_admins_may(world: World) -> None:
-    admin_only = ["tidings_create_principal", "update_schema_retention", "tidings_set_schema_compatibility",
-                  "tidings_fund_replay_credit"]
+    admin_only = ["tidings_create_principal", "tidings_get_principals", "update_schema_retention",
+                  "tidings_set_schema_compatibility", "tidings_fund_replay_credit"]
     args = mallory_on_alices(world)
     for method in admin_only:
         status, body = await world.call("admin", method, args[method])

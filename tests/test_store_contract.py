@@ -802,3 +802,22 @@ async def test_deliveries_of_replayed_notifications_are_marked_and_keep_their_ev
     assert [(r.notification_id, r.replay, r.event_id, r.source, r.event_timestamp) for r in records] == [
         (i, True, e.id, "src", e.timestamp) for i, e in zip(ids, published, strict=True)
     ]
+
+
+async def test_event_timestamps_never_go_back_within_a_namespace(store: Store) -> None:
+    """The later of an event's own stamp and its namespace's previous one (``core.clock``):
+    a member whose clock stepped back, or a group commit of appends stamped out of order,
+    never stores a namespace's timestamps backwards; another namespace keeps its own."""
+    def at(ns: str, ts: int) -> NewEvent:
+        return NewEvent(namespace=ns, source="src", timestamp=ts, data=b'{"Nat":0}')
+
+    first = await store.append([at("a", 5_000), at("a", 4_000), at("b", 1_000)])
+    assert [e.timestamp for e in first] == [5_000, 5_000, 1_000]
+    both = await asyncio.gather(store.append([at("a", 3_000)]), store.append([at("a", 7_000), at("b", 2_000)]))
+    later = await store.append([at("a", 6_000), at("b", 500)])
+    assert [e.timestamp for e in later] == [7_000, 2_000]
+    stored = await store.read_after(0)
+    assert [e.timestamp for e in stored] == [e.timestamp for e in [*first, *both[0], *both[1], *later]]
+    for ns in ("a", "b"):
+        stamps = [e.timestamp for e in sorted(stored, key=lambda e: e.id) if e.namespace == ns]
+        assert stamps == sorted(stamps)

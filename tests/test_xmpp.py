@@ -290,6 +290,10 @@ async def test_xep0060_clients_discover_subscribe_publish_and_get_items(
     await eventually(lambda: any(n == own for n, _, _ in carol.items), timeout=10)
     _, item_id, body = next(i for i in carol.items if i[0] == own)
     assert item_id == "2" and body[0].tag == "{urn:example:feed}entry" and body[0].text == "news"
+    # An item id the publisher gives is the event's idempotency key: sent again, the same event.
+    first = await dave.plugin["xep_0060"].publish(COMPONENT, own, id="entry-9", payload=payload, timeout=10)
+    again = await dave.plugin["xep_0060"].publish(COMPONENT, own, id="entry-9", payload=payload, timeout=10)
+    assert first["pubsub"]["publish"]["item"]["id"] == again["pubsub"]["publish"]["item"]["id"] == "3"
     await carol.plugin["xep_0060"].unsubscribe(COMPONENT, ns, timeout=10)
     await admin_api(http, xserver, "icrc72_publish", [{"namespace": ns, "data": {"Text": "again"}}])
     await asyncio.sleep(0.5)

@@ -11,7 +11,13 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["PgNode", "base_dir", "pg_bin"]
+__all__ = ["PgNode", "base_dir", "pg_bin", "server_port"]
+
+# Outgoing connections take their local ports from the kernel's ephemeral range; a
+# server port picked there may be some client's by the time the server binds it (seen in
+# CI: a standby's port, chosen seconds before its start, was taken). Below that range only
+# another explicit picker can collide, and ``start`` moves off such a collision.
+_PORTS = range(20000, 32000)
 
 
 def base_dir(prefix: str = "tidings-chaos-") -> Path:
@@ -32,6 +38,22 @@ def pg_bin() -> Path:
     return Path(found[-1])
 
 
+def server_port() -> int:
+    """A port on 127.0.0.1 free now, from below the ephemeral range."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port found in 20000-31999 on 127.0.0.1")
+
+
 def _as_postgres(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run a server program as the ``postgres`` user (initdb refuses root)."""
     cmd = ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
@@ -45,9 +67,10 @@ class PgNode:
     """One PostgreSQL server in ``root`` on ``port`` (127.0.0.1 only, trust authentication).
     ``root``'s parent must be one the ``postgres`` user can enter (``base_dir``)."""
 
-    def __init__(self, root: Path, port: int) -> None:
+    def __init__(self, root: Path, port: int | None = None) -> None:
         self.root = root
-        self.port = port
+        self.port = port if port is not None else server_port()
+        self._started = False
         self.data = root / "data"
         self.log = root / "server.log"
 
@@ -96,7 +119,32 @@ class PgNode:
         self.sql("SELECT pg_reload_conf()")
 
     def start(self) -> None:
-        _as_postgres([str(pg_bin() / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start"])
+        """Start the server. If its port is taken: before its first start nobody knows the
+        port yet, so it moves to another; after, it waits for the port (up to 30 s)."""
+        end = time.monotonic() + 30
+        while True:
+            seen = self.log.stat().st_size if self.log.exists() else 0
+            try:
+                _as_postgres([str(pg_bin() / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                              "start"])
+            except subprocess.CalledProcessError:
+                if not self._port_was_taken(seen) or time.monotonic() > end:
+                    raise
+                if not self._started:
+                    self.port = server_port()
+                    self._conf(f"port = {self.port}")
+                time.sleep(0.5)
+                continue
+            self._started = True
+            return
+
+    def _port_was_taken(self, since: int) -> bool:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(since)
+                return b"Address already in use" in f.read()
+        except OSError:
+            return False
 
     def stop(self, mode: str = "fast") -> None:
         """``mode``: ``smart``, ``fast`` or ``immediate`` (a crash: recovery at start)."""

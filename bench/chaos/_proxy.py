@@ -5,6 +5,12 @@ Cut, every connection through it stays open but carries nothing either way, and 
 are accepted and go nowhere: what a member on the far side of a partition sees (no
 reset, no answer, until its own timeouts fire). Healed, the silent connections are
 closed (as the kernel would after its retransmissions give up) and new ones pass again.
+
+``delay_s`` adds that much latency each way to every chunk it forwards (not a bandwidth
+cap: chunks in flight overlap, in order), what a database a network away adds
+(``bench.pg_latency``). ``turns`` counts the round trips clients start: a chunk sent
+upstream on a connection whose last traffic went downstream (or none yet) begins one,
+however many statements it carries (pipelined ones share it).
 """
 
 from __future__ import annotations
@@ -16,8 +22,15 @@ __all__ = ["Proxy"]
 
 
 class Proxy:
-    def __init__(self, target_port: int, *, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, *, target_host: str = "127.0.0.1", delay_s: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.delay_s = delay_s
+        self.turns = 0
+        """Round trips begun by clients, over every connection (see the module's docstring)."""
+        self.waiting = 0
+        """Connections whose client waits for an answer now."""
+        self.most_waiting = 0
+        """The most connections that waited for an answer at once (reset it to measure)."""
         self.port = 0
         self.cut = False
         self._server: asyncio.base_events.Server | None = None
@@ -69,8 +82,9 @@ class Proxy:
             return
         link = (writer, up_w)
         self._links.add(link)
-        tasks = [asyncio.create_task(self._pipe(reader, up_w, link)),
-                 asyncio.create_task(self._pipe(up_r, writer, link))]
+        last = ["down"]  # which way this connection's last chunk went
+        tasks = [asyncio.create_task(self._pipe(reader, up_w, link, last, "up")),
+                 asyncio.create_task(self._pipe(up_r, writer, link, last, "down"))]
         for t in tasks:
             self._tasks.add(t)
             t.add_done_callback(self._tasks.discard)
@@ -84,7 +98,12 @@ class Proxy:
             while await reader.read(65536):
                 pass
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: object) -> None:
+    async def _pipe(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: object, last: list[str], way: str
+    ) -> None:
+        if self.delay_s > 0:
+            await self._pipe_delayed(src, dst, link, last, way)
+            return
         with contextlib.suppress(Exception):
             while True:
                 data = await src.read(65536)
@@ -92,7 +111,50 @@ class Proxy:
                     break
                 if self.cut or link not in self._links:
                     continue  # a partition: what is sent is lost
+                self._count(last, way)
                 dst.write(data)
                 await dst.drain()
         with contextlib.suppress(Exception):
             dst.close()
+
+    def _count(self, last: list[str], way: str) -> None:
+        if way == "up" and last[0] == "down":
+            self.turns += 1
+            self.waiting += 1
+            self.most_waiting = max(self.most_waiting, self.waiting)
+        elif way == "down" and last[0] == "up":
+            self.waiting -= 1
+        last[0] = way
+
+    async def _pipe_delayed(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: object, last: list[str], way: str
+    ) -> None:
+        """Each chunk is written ``delay_s`` after it was read; reading goes on meanwhile,
+        so the delay is latency, never a cap on throughput."""
+        loop = asyncio.get_running_loop()
+        flight: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
+
+        async def deliver() -> None:
+            with contextlib.suppress(Exception):
+                while (item := await flight.get()) is not None:
+                    due, data = item
+                    if (wait := due - loop.time()) > 0:
+                        await asyncio.sleep(wait)
+                    if self.cut or link not in self._links:
+                        continue
+                    self._count(last, way)
+                    dst.write(data)
+                    await dst.drain()
+            with contextlib.suppress(Exception):
+                dst.close()
+
+        sender = asyncio.create_task(deliver())
+        try:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    if not (self.cut or link not in self._links):
+                        flight.put_nowait((loop.time() + self.delay_s, data))
+            flight.put_nowait(None)
+            await sender
+        finally:
+            sender.cancel()

@@ -87,7 +87,13 @@ class Attempt:
 
 class Publishers:
     """``per_member`` publishers on each member, each publishing one event per request,
-    round-robin over the namespaces, until stopped."""
+    round-robin over the namespaces, until stopped.
+
+    Each event is a logical event with an idempotency key of its own (its data is the key
+    too, so the log shows which it is): one whose outcome is unknown (no answer, 503, an
+    item that may have been stored, ``Busy``) is sent again with the same key, through the
+    next member that is up, until it is answered (docs/semantics.md, "Exactly once").
+    ``ids`` records what each logical event was answered with."""
 
     def __init__(self, members: list[Any], namespaces: list[str], *, per_member: int = 2,
                  timeout_s: float = 10.0, pace_s: float = 0.02) -> None:
@@ -102,6 +108,10 @@ class Publishers:
         self.statuses: dict[int | None, int] = defaultdict(int)
         self.no_retry_after = 0
         """503 answers without a Retry-After header."""
+        self.ids: dict[str, tuple[str, list[int]]] = {}
+        """Logical event (its key) -> (namespace, the ids it was answered Ok with, each try)."""
+        self.repeats = 0
+        """Answers ``repeat``: a retry recognised as an event stored before."""
 
     def start(self) -> None:
         for m in self.members:
@@ -119,19 +129,32 @@ class Publishers:
     async def _run(self, member: Any, j: int) -> None:
         k = j
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        others = [m for m in self.members if m is not member]
         async with aiohttp.ClientSession(timeout=timeout) as http:
+            pending: tuple[str, str] | None = None  # (namespace, key) of an event not settled
+            tries = 0
             while not self._stop.is_set():
-                if member.proc is None:  # killed: nobody to ask until it is back
+                # A retry goes through the next member up: a key holds across the cluster.
+                via = [member, *others][tries % len(self.members)] if pending is not None else member
+                if via.proc is None:  # killed: nobody to ask until it is back
+                    tries += 1
                     await asyncio.sleep(0.1)
                     continue
-                ns = self.namespaces[k % len(self.namespaces)]
-                k += 1
+                if pending is None:
+                    ns = self.namespaces[k % len(self.namespaces)]
+                    k += 1
+                    pending = (ns, f"{member.name}-{j}-{k}")
+                    self.ids[pending[1]] = (ns, [])
+                    tries = 0
+                ns, key = pending
                 start = time.monotonic()
-                attempt = Attempt(member.name, start, start, None)
+                attempt = Attempt(via.name, start, start, None)
+                settled = False
                 with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError, ValueError):
                     async with http.post(
-                        f"{member.url}/v1/icrc72_publish", json=[{"namespace": ns, "data": {"Nat": k}}],
-                        headers={"authorization": f"Bearer {member.token}"},
+                        f"{via.url}/v1/icrc72_publish",
+                        json=[{"namespace": ns, "data": {"Text": key}, "idempotencyKey": key}],
+                        headers={"authorization": f"Bearer {via.token}"},
                     ) as r:
                         attempt.status = r.status
                         if r.status == 503 and "retry-after" not in r.headers:
@@ -140,10 +163,21 @@ class Publishers:
                             (item,) = await r.json()
                             if item and "Ok" in item:
                                 attempt.acked = [(ns, i) for i in item["Ok"]]
+                                self.ids[key][1].extend(item["Ok"])
+                                self.repeats += bool(item.get("repeat"))
+                            settled = not _unsettled(item)
                 attempt.end = time.monotonic()
                 self.statuses[attempt.status] += 1
                 self.attempts.append(attempt)
+                if settled:
+                    pending = None
+                else:
+                    tries += 1
                 await asyncio.sleep(self.pace_s)
+
+    def unsettled_at_stop(self) -> int:
+        """Logical events never answered (each publisher's last, at most, in flight at stop)."""
+        return sum(1 for _, got in self.ids.values() if not got)
 
     def longest_gap(self, start: float, end: float, members: set[str]) -> float:
         """The longest time within ``[start, end]`` in which no publish through one of
@@ -151,3 +185,18 @@ class Publishers:
         oks = sorted(a.end for a in self.attempts if a.member in members and a.acked and start <= a.end <= end)
         marks = [start, *oks, end]
         return max(b - a for a, b in itertools.pairwise(marks))
+
+
+def _unsettled(item: Any) -> bool:
+    """Whether an item's answer leaves the event to be sent again (as the SDK's rule)."""
+    if not isinstance(item, dict):
+        return True
+    err = item.get("Err")
+    if err is None:
+        return False
+    if "Busy" in err:
+        return True
+    if "GenericBatchError" in err:
+        return "at most" not in str(err["GenericBatchError"])
+    generic = err.get("GenericError")
+    return isinstance(generic, dict) and generic.get("error_code") == 6

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from ._members import Member, free_port
+from ._members import Member
 from ._pg import PgNode, base_dir
 from ._proxy import Proxy
 from ._world import Publishers, Recorder
@@ -83,13 +84,24 @@ class Report:
     server_errors: int = 0
     """Publishes answered 5xx other than 503 with Retry-After."""
     pushes: int = 0
+    logical: int = 0
+    """Logical events published (each with its idempotency key, retried until answered)."""
+    repeats: int = 0
+    """Retries answered as repeats of an event stored before (their first answer was lost)."""
+    duplicates: int = 0
+    """Logical events stored more than once."""
+    wrong_ids: int = 0
+    """Logical events answered with an id that is not where the event is, or with two ids."""
+    unsettled: int = 0
+    """Logical events never answered (in flight when the publishers stopped)."""
     details: list[str] = field(default_factory=list)
     """What the members said about each subscription with events missing, to explain it."""
 
     @property
     def ok(self) -> bool:
         return (self.lost == 0 and self.lost_in_store == 0 and self.id_gaps == 0 and self.out_of_order == 0
-                and self.overlaps == 0 and self.stale_pushes == 0 and self.server_errors == 0
+                and self.duplicates == 0 and self.wrong_ids == 0 and self.overlaps == 0 and self.stale_pushes == 0
+                and self.server_errors == 0
                 and all(f.ok for f in self.faults))
 
     def as_dict(self) -> dict[str, Any]:
@@ -112,8 +124,9 @@ class Report:
         out.append(
             f"acked {self.acked}, lost {self.lost} (in the store {self.lost_in_store}), id gaps {self.id_gaps}, "
             f"out of order {self.out_of_order}, overlapping pushes {self.overlaps}, stale pushes {self.stale_pushes}, "
-            f"writes refused by their fence {self.fenced_writes}, 5xx {self.server_errors}, pushes {self.pushes}: "
-            f"{'OK' if self.ok else 'FAILED'}"
+            f"writes refused by their fence {self.fenced_writes}, 5xx {self.server_errors}, pushes {self.pushes}; "
+            f"logical events {self.logical} (answered as repeats {self.repeats}), stored twice {self.duplicates}, "
+            f"wrong ids {self.wrong_ids}, unanswered at stop {self.unsettled}: {'OK' if self.ok else 'FAILED'}"
         )
         return out + self.details
 
@@ -149,7 +162,7 @@ class Chaos:
 
     async def __aenter__(self) -> Chaos:
         self.root = base_dir()
-        self.pg = [PgNode(self.root / "pg-a", free_port()), PgNode(self.root / "pg-b", free_port())]
+        self.pg = [PgNode(self.root / "pg-a"), PgNode(self.root / "pg-b")]
         self.primary, self.standby = self.pg
         await asyncio.to_thread(self.primary.init, synchronous=True)
         await asyncio.to_thread(self.primary.start)
@@ -415,12 +428,22 @@ class Chaos:
                 r.out_of_order += 1
         conn = await asyncpg.connect(self.primary.dsn, timeout=10)
         try:
-            rows = await conn.fetch("SELECT namespace, id FROM events")
+            rows = await conn.fetch("SELECT namespace, id, data FROM events")
         finally:
             await conn.close()
         stored: dict[str, list[int]] = {}
-        for ns, i in rows:
+        where: dict[str, list[tuple[str, int]]] = {}  # logical event -> where it is in the log
+        for ns, i, data in rows:
             stored.setdefault(ns, []).append(i)
+            text = json.loads(bytes(data)).get("Text")
+            if isinstance(text, str):
+                where.setdefault(text, []).append((ns, i))
+        pubs = self.publishers
+        r.logical, r.repeats, r.unsettled = len(pubs.ids), pubs.repeats, pubs.unsettled_at_stop()
+        r.duplicates = sum(1 for places in where.values() if len(places) > 1)
+        for key, (ns, got) in pubs.ids.items():
+            if got and (len(set(got)) != 1 or where.get(key) != [(ns, got[0])]):
+                r.wrong_ids += 1
         for ids in stored.values():
             if sorted(ids) != list(range(1, len(ids) + 1)):
                 r.id_gaps += 1

@@ -17,6 +17,14 @@
     tidings pipeline archive|expire|compact|vacuum|stats ... (see pipeline/cli.py)
     tidings archive [compact|expire|vacuum] ... (the same archive actions)
     tidings asyncapi [--url U] [--token T]   (the AsyncAPI 3.0 document, docs/asyncapi.md)
+    tidings publish NAMESPACE [DATA] [--file F] [--header K=V] ... (see _cli_publish)
+    tidings tail NAMESPACE|PATTERN [--from ID] [--filter F] [--skip M[,O]] [--json] (see _cli_tail)
+    tidings ls publications|subscriptions|broadcasters|schemas|replays|principals [--json]
+    tidings stats NAMESPACE [--json]
+    tidings profile add|ls|show|use|rm ...   (named url and token, see _cli_profiles)
+    tidings completion bash|zsh
+
+Commands through the API take ``--url``, ``--token``, ``--profile`` (docs/cli.md).
 
 ``principal`` commands work on the embedded store directly (also while the server
 runs), so the first tokens can be made before any exists.
@@ -30,11 +38,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from . import __version__
+from ._cli_completion import add_completion_parser, run_completion
 from ._cli_ops import add_ops_parsers, run_backup, run_config, run_restore
+from ._cli_parsers import add_ls_parsers, add_publish_parser, add_tail_parser
+from ._cli_profiles import add_api_options, add_profile_parser, resolve, run_profile
 from ._cli_replay import add_replay_parser, run_replay
 from ._cli_schema import add_schema_parser, run_schema
 from .errors import TidingsError
@@ -114,7 +126,29 @@ def _parser() -> argparse.ArgumentParser:
     add_distributor_parser(sub)
     add_pipeline_parser(sub)
     add_archive_parser(sub)
+    api = argparse.ArgumentParser(add_help=False)
+    add_api_options(api)
+    add_publish_parser(sub, api)
+    add_tail_parser(sub, api)
+    add_ls_parsers(sub, api)
+    add_profile_parser(sub)
+    add_completion_parser(sub)
     return p
+
+
+def _through_api(command: str) -> Any:
+    """The command's runner, imported now: the SDK (aiohttp) only for these commands."""
+    if command == "publish":
+        from ._cli_publish import run_publish
+
+        return run_publish
+    if command == "tail":
+        from ._cli_tail import run_tail
+
+        return run_tail
+    from ._cli_ls import run_ls, run_stats
+
+    return run_ls if command == "ls" else run_stats
 
 
 def _api_options(p: argparse.ArgumentParser) -> None:
@@ -137,8 +171,26 @@ def _api_token(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command in ("publish", "tail", "ls", "stats"):
+        from ._cli_api import fail
+
+        try:
+            target = resolve(args)
+            return asyncio.run(_through_api(args.command)(args, target))
+        except TidingsError as e:
+            return fail(e)
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as cat does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     try:
+        if args.command == "profile":
+            return run_profile(args)
+        if args.command == "completion":
+            return run_completion(args, parser)
         if args.command == "serve":
             return _serve(args)
         if args.command == "backup":

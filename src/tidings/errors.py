@@ -13,6 +13,7 @@
     ├── StoreError               the store failed (I/O, corruption); the request is not applied
     │   ├── StoreUnavailable     the store cannot be reached now (restarting, failing over, cut off): retry
     │   ├── LeaseLost            a write under a lease this process no longer holds was refused (fencing)
+    │   ├── LimitReached         a creation would take a principal past its limit; nothing written
     │   └── BackupError          a backup or restore could not be made; the store is as it was
     └── ConfigError              a setting is missing or invalid
 
@@ -29,7 +30,9 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "Forbidden",
+    "KeyTaken",
     "LeaseLost",
+    "LimitReached",
     "NotFound",
     "PayloadTooLarge",
     "StoreError",
@@ -101,9 +104,32 @@ class StoreUnavailable(StoreError):
     retry_after_s = 1
 
 
+class KeyTaken(StoreError):
+    """An append carried an idempotency key that a live row holds already (a concurrent
+    publish of the same key won): nothing of the append was applied. The publish path
+    looks the keys up again and answers the repeats."""
+
+
+class KeysFull(StoreError):
+    """The store holds as many live idempotency keys as it may keep track of: nothing of
+    the append was applied. Keys free up as their windows pass; retry shortly."""
+
+
 class LeaseLost(StoreError):
     """A write for leased work was refused: the lease it was made under has been taken by
     another broadcaster (its epoch moved on). Whoever made it must stop that work."""
+
+
+class LimitReached(StoreError):
+    """A creation asked to stay within a per-principal limit found the principal at it:
+    nothing was written. The store counts and inserts in one atomic step, so creations
+    made at once (through one broadcaster or several) never take a principal past it."""
+
+    def __init__(self, message: str, *, limit: int, everyone: bool = False) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.everyone = everyone
+        """The limit is on all principals' rows together (``create_replay``'s ``total``)."""
 
 
 class BackupError(StoreError):

@@ -82,6 +82,23 @@ _format = "text"
 _process = "broker"
 
 
+class _DriverRetries(logging.Filter):
+    """asyncpg's pool logs a warning with the driver's traceback each time it fails to
+    reconnect its minimum of connections: during a database restart, several per member.
+    The outage is tidings' to report, once per episode (``tidings.api``: "the store is
+    unavailable ... available again after"), so these become one DEBUG line each,
+    without the traceback, under ``tidings.store``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            return True
+        why = record.exc_info[1] if record.exc_info else None
+        logging.getLogger("tidings.store").debug(
+            "the driver's pool: %s%s", record.getMessage(), f" ({type(why).__name__}: {why})" if why else ""
+        )
+        return False
+
+
 def configure(level: str, fmt: str, process: str = "broker") -> None:
     """Log to stderr at ``level`` in ``fmt`` (``text`` or ``json``), replacing any handler."""
     global _format, _process
@@ -93,6 +110,9 @@ def configure(level: str, fmt: str, process: str = "broker") -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper()))
+    pool = logging.getLogger("asyncpg.pool")
+    if not any(isinstance(f, _DriverRetries) for f in pool.filters):
+        pool.addFilter(_DriverRetries())
 
 
 def announce(text: str, *, error: bool = False) -> None:

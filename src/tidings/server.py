@@ -20,14 +20,15 @@ import uvicorn
 from .api import create_app
 from .api.internal import internal_app
 from .broker import Broker
-from .errors import ConfigError
+from .errors import ConfigError, StoreError
 from .front import FrontConfig, FrontPool
+from .front.app import BROKER_KEEPALIVE_S
 from .front.process import listening_socket
 from .http1 import Http1, WsHandshake
 from .logs import announce
 from .runtime import tune_gc
 from .settings import Settings
-from .store import redact_address, store_for
+from .store import disk_cause, redact_address, store_for
 
 __all__ = ["serve"]
 
@@ -46,12 +47,16 @@ def _private_data_dir(settings: Settings) -> None:
     """Everything the server writes is its owner's alone: the data folder 0700 (tightened
     if an older version left it looser), every file created 0600 (docs/security.md)."""
     os.umask(0o077)
-    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if settings.data_dir.stat().st_mode & 0o077:
-        os.chmod(settings.data_dir, 0o700)
-    token = settings.data_dir / "admin.token"
-    if token.exists() and token.stat().st_mode & 0o077:
-        os.chmod(token, 0o600)
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if settings.data_dir.stat().st_mode & 0o077:
+            os.chmod(settings.data_dir, 0o700)
+        token = settings.data_dir / "admin.token"
+        if token.exists() and token.stat().st_mode & 0o077:
+            os.chmod(token, 0o600)
+    except OSError as e:  # one line that names the cause and the path, not a traceback
+        raise StoreError(f"cannot use the data folder {settings.data_dir}: "
+                         f"{disk_cause(settings.data_dir / 'admin.token', e)}") from None
 
 
 async def _serve(settings: Settings) -> int:
@@ -199,7 +204,11 @@ async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str,
     uds.bind(str(path))  # 0600 by the umask: only this user's processes may connect
     uds.listen(1024)
     secret = secrets.token_urlsafe(32)
-    internal = uvicorn.Server(_config(internal_app(broker, app, secret), settings, "internal"))
+    config = _config(internal_app(broker, app, secret), settings, "internal")
+    # Longer than the fronts keep an idle pooled connection (POOL_KEEPALIVE_S): the client
+    # side lets go first, so no request is sent on a connection the broker is closing.
+    config.timeout_keep_alive = int(BROKER_KEEPALIVE_S)
+    internal = uvicorn.Server(config)
     # _serve, not serve: the public server already handles SIGINT and SIGTERM; a second
     # handler would take them from it.
     task = asyncio.create_task(internal._serve(sockets=[uds]))
@@ -207,7 +216,8 @@ async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str,
         await asyncio.sleep(0.01)
     pool = FrontPool(FrontConfig(str(path), secret, settings.max_body_bytes, settings.max_batch_items,
                                  settings.stream_max_frame_bytes, log_level=settings.log_level,
-                                 log_format=settings.log_format), host, port, count)
+                                 log_format=settings.log_format, max_waiting_bytes=settings.max_waiting_bytes,
+                                 max_waiting_requests=settings.max_waiting_requests), host, port, count)
     await pool.start()
     return _Fronts(pool, internal, task)
 

@@ -57,6 +57,16 @@ class Settings:
     heartbeat_s: float = 1.0
     """Several broadcasters: how often each records itself alive and renews its leases."""
 
+    max_clock_offset_s: float = 0.5
+    """How far this process's wall clock may be from the cluster's clock (the database's
+    with several broadcasters; alone, the wall clock at start carried on by the monotonic
+    clock) before it is reported: one log line naming both clocks, the metric
+    ``tidings_clock_offset_seconds`` and, with several broadcasters, ``/readyz``. Nothing
+    is stamped or compared by the wall clock, so an offset beyond it misdates nothing.
+    500 ms is CockroachDB's ``--max-offset``: NTP keeps hosts within a few milliseconds,
+    so more than this is a clock that is wrong, not one that drifts (docs/operations.md,
+    "Clocks")."""
+
     forward_timeout_s: float = 1.0
     """Several broadcasters: a broadcaster that receives events of a publication another
     owns forwards them there (``icrc72_publish_relay``) and waits this long for the owner's
@@ -65,10 +75,25 @@ class Settings:
     instead (docs/scaling.md)."""
 
     store_timeout_s: float = 10.0
-    """PostgreSQL store: longest wait to connect, to get a pooled connection, and for one
-    statement's answer; past it the call fails as the store being unavailable (a publish
-    is answered 503 with ``Retry-After``). Also the server's ``lock_timeout``
-    (docs/operations.md, "PostgreSQL: timeouts")."""
+    """Longest wait of a publish for its commit, on every store: past it the publish is
+    answered 503 ``commit_timeout`` with ``Retry-After`` (the events may have been stored:
+    retry with the same key). PostgreSQL store: also the longest wait to connect, to get
+    a pooled connection, and for one statement's answer, and the server's
+    ``lock_timeout`` (docs/operations.md, "PostgreSQL: timeouts")."""
+
+    store_stall_s: float = 1.0
+    """Commits are stalled once the oldest in progress has waited this long: ``/readyz``
+    answers 503 until one succeeds, and the stall is logged when it starts and ends
+    (docs/operations.md, "Overload and a stalling store")."""
+
+    max_waiting_bytes: int = 32 * 1024 * 1024
+    """Bytes of publish bodies read (or arriving) and not yet answered by the store, in
+    the broker and in each front process, beyond which new publishes are refused at once
+    with 503 ``overloaded`` and ``Retry-After`` (a stream publisher gets no new credit)."""
+
+    max_waiting_requests: int = 1000
+    """Publishes waiting for the store, in the broker and in each front process, beyond
+    which new ones are refused as for ``max_waiting_bytes``."""
 
     max_body_bytes: int = 4 * 1024 * 1024
     """Largest request body accepted; larger ones get 413 ``payload_too_large``."""
@@ -131,6 +156,11 @@ class Settings:
     secret_overlap_s: int = 86_400
     """After ``tidings_rotate_subscription_secret``, how long the old secrets keep signing
     pushes (unless the call says otherwise)."""
+
+    key_reclaim_interval_s: float = 30.0
+    """How often publishers' idempotency keys past their publication's deduplication
+    window are deleted, at most 10,000 per round and member (0: never; an expired key is
+    ignored either way, this only gives its space back)."""
 
     retention_interval_s: float = 60.0
     """How often events past their schema's retention are trimmed from the log (0: never on
@@ -320,8 +350,12 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "workers": (0, 256),
     "lease_s": (1, 600),
     "heartbeat_s": (0.05, 60),
+    "max_clock_offset_s": (0.001, 86_400),
     "forward_timeout_s": (0, 120),
     "store_timeout_s": (0.5, 600),
+    "store_stall_s": (0.05, 600),
+    "max_waiting_bytes": (64 * 1024, 1 << 40),
+    "max_waiting_requests": (1, 10_000_000),
     "drain_s": (0, 3_600),
     "port": (0, 65_535),
     "push_timeout_s": (0.001, 3_600),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..broker import Broker
+from ..core.config import PublicationConfig
 from ..schemas import SchemaRegistry
 from ..store import SchemaVersion
 from ._confluent_router import Call
@@ -40,7 +41,7 @@ class DeleteEndpoints:
             if found:
                 raise ConfluentError.references_exist(v.name, v.version, found)
 
-    def _not_bound(self, c: Call, subject: str, versions: Sequence[SchemaVersion], permanent: bool) -> None:
+    async def _not_bound(self, c: Call, subject: str, versions: Sequence[SchemaVersion], permanent: bool) -> None:
         """Refuse (unless ``force``) to take from a publication the schema it binds."""
         if flag(c.query, "force"):
             return
@@ -52,8 +53,10 @@ class DeleteEndpoints:
                 held = self.reg.versions_of_id(v.schema_id, deleted=True)
                 if all((x.name, x.version) in gone for x in held):
                     ids_gone.add(v.schema_id)
+        # The publications as stored, not as this broadcaster last heard of them.
+        configs = [(p.namespace, PublicationConfig.read(p.config)) for p in await self.broker.store.list_publications()]
         bound = sorted(
-            ns for ns, conf in self.broker.orchestrator.pub_configs.items()
+            ns for ns, conf in configs
             if (conf.schema == subject and not name_left) or (isinstance(conf.schema, int) and conf.schema in ids_gone)
         )
         if bound:
@@ -75,7 +78,7 @@ class DeleteEndpoints:
         if permanent and not soft:
             raise ConfluentError.version_not_soft_deleted(subject, v.version)
         self._no_referrers([v], permanent)
-        self._not_bound(c, subject, [v], permanent)
+        await self._not_bound(c, subject, [v], permanent)
         if permanent:
             await self.reg.hard_delete(c.caller, [v])
             await self.reg.forget_subject(c.caller, subject)
@@ -96,7 +99,7 @@ class DeleteEndpoints:
             raise ConfluentError.subject_soft_deleted(subject)
         versions = soft if permanent else live
         self._no_referrers(versions, permanent)
-        self._not_bound(c, subject, versions, permanent)
+        await self._not_bound(c, subject, versions, permanent)
         if permanent:
             await self.reg.hard_delete(c.caller, versions)
             await self.reg.forget_subject(c.caller, subject)

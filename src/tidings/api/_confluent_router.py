@@ -128,6 +128,7 @@ class Router:
     async def _run(self, request: Request, handler: Handler, args: list[str]) -> Response:
         try:
             caller = await self.broker.auth.principal(as_bearer(request.headers.get("authorization")))
+            await self.broker.schemas.refresh()  # another broadcaster may have changed the registry
             result = await handler(Call(request, caller, args, self.broker.settings.max_body_bytes))
         except ConfluentError as e:
             return error_response(e.status, e.error_code, e.message)

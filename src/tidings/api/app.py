@@ -8,10 +8,11 @@ errors are answered as ``{"error": {"code": ..., "message": ...}}`` with a 4xx s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -20,14 +21,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from ..bodies import read_body
+from ..bodies import declared_length, read_body
 from ..broker import Broker
 from ..broker.metrics import ClusterView
+from ..broker.publish import Ticket
 from ..console import console_routes
 from ..core import ingest
 from ..core.long_ints import long_integer, long_message
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
+from ._admit import admitted_body
 from ._confluent_router import error_response as confluent_error
+from ._front_reports import FrontReports
 from ._method import Reply, warning_header
 from .asyncapi import asyncapi_route
 from .cloudevents import cloudevents_routes
@@ -42,6 +46,8 @@ __all__ = ["create_app", "error_response", "publish_reply"]
 log = logging.getLogger("tidings.api")
 _encode = msgspec.json.Encoder().encode
 _JSON = "application/json"
+_METRICS_READ_S = 0.25
+"""How long ``/metrics`` waits for the store's gauges before answering with the last ones read."""
 _CONFLUENT_PREFIXES = frozenset(pattern[0] for _, pattern, _ in ENDPOINTS)
 
 
@@ -117,6 +123,31 @@ def _well_formed(body: bytes) -> bool:
     return True
 
 
+class _StoredGauges:
+    """The stored gauges of ``/metrics``: one read of the store at a time, waited for at
+    most ``_METRICS_READ_S``; one that takes longer goes on, and its figures serve the
+    scrapes after it (a read cancelled on a paused PostgreSQL would wait out the driver's
+    own timeout: never cancelled)."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, int] = {}
+        self._reading: asyncio.Future[dict[int, int]] | None = None
+
+    async def read(self, fetch: Callable[[], Awaitable[dict[int, int]]]) -> dict[int, int]:
+        if self._reading is None:
+            reading = self._reading = asyncio.ensure_future(fetch())
+            reading.add_done_callback(self._done)
+        await asyncio.wait({self._reading}, timeout=_METRICS_READ_S)
+        return self.last
+
+    def _done(self, f: asyncio.Future[dict[int, int]]) -> None:
+        self._reading = None
+        if not f.cancelled() and f.exception() is None:
+            self.last = f.result()
+        elif not f.cancelled() and not isinstance(f.exception(), StoreError):
+            log.warning("reading the stored gauges failed: %r", f.exception())
+
+
 def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
     """The ASGI app over ``broker``; with ``manage_broker`` it starts and stops the broker."""
     limit = broker.settings.max_body_bytes
@@ -124,12 +155,24 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
 
     async def call(request: Request) -> Response:
         name = request.path_params["method"]
+        ticket: Ticket | None = None
         try:
             method = METHODS.get(name)
             if method is None:
                 raise NotFound(f"there is no method {name!r}; see /openapi.json", code="unknown_method")
-            caller = await broker.auth.principal(request.headers.get("authorization"))
-            body = await read_body(request, limit)
+            if name == "icrc72_publish":
+                # What waits for the store is capped (docs/operations.md), before anything
+                # else waits on it: the token's look-up is a read that a stalled store holds too.
+                ticket = broker.overload.admit(declared_length(request))
+            if ticket is not None:
+                with broker.overload.waiting():
+                    caller = await broker.auth.principal(request.headers.get("authorization"))
+            else:
+                caller = await broker.auth.principal(request.headers.get("authorization"))
+            if ticket is not None:
+                body = await admitted_body(request, limit, broker.overload, ticket)
+            else:
+                body = await read_body(request, limit)
             try:
                 arg = method.decode(body)
             except msgspec.ValidationError as e:
@@ -150,6 +193,10 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
             if name == "icrc72_publish" and "traceparent" in request.headers:
                 # The request's trace context is each event's that has none of its own.
                 ingest.add_trace_context(arg, request.headers["traceparent"], request.headers.get("tracestate"))
+            if name == "icrc72_publish" and "idempotency-key" in request.headers:
+                bad = ingest.key_from_header(arg, request.headers["idempotency-key"])
+                if bad is not None:
+                    raise BadRequest(bad, code="invalid_argument")
             result = await method.handler(broker, caller, arg)
             served()
         except (ApiError, StoreUnavailable) as e:
@@ -167,6 +214,9 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         except Exception:
             log.exception("%s failed", name)
             return error_response(500, "internal", "internal error; the server log has the details")
+        finally:
+            if ticket is not None:
+                broker.overload.release(ticket)
         if isinstance(result, Reply):
             return Response(_encode(result.body), media_type=_JSON, headers=result.headers)
         return Response(_encode(result), media_type=_JSON)
@@ -182,14 +232,18 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
     async def docs(request: Request) -> Response:
         return HTMLResponse(_DOCS_PAGE)
 
+    stored = _StoredGauges()
+    fronts = FrontReports()
+
     async def metrics(request: Request) -> Response:
-        try:
-            pending = await broker.store.pending_counts()
-        except StoreError as e:
-            return error_response(503, "unavailable", f"the store is unavailable; retry shortly ({e})", 1)
+        # The figures of a stall are wanted most when the store does not answer: a scrape
+        # never waits for it past a moment, and the stored gauges (pending notifications)
+        # are then the last ones read.
+        pending = await stored.read(broker.store.pending_counts)
         m = broker.membership
         cluster = ClusterView(m.me, len(m.held) if m.shared else 0, len(m.live_ids()))
-        text = broker.metrics.render(pending, broker.delivery.workers_running, cluster)
+        text = (broker.metrics.render(pending, broker.delivery.workers_running, cluster) + broker.overload.render()
+                + fronts.render())
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def health(request: Request) -> Response:
@@ -231,7 +285,7 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         else:
             yield
 
-    return Starlette(
+    app = Starlette(
         routes=[
             WebSocketRoute("/v1/stream", stream.serve),
             relay_route(broker, error_response),
@@ -251,6 +305,8 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         exception_handlers={404: not_found, 405: wrong_verb, 500: server_error},
         lifespan=lifespan,
     )
+    app.state.front_reports = fronts  # filled by the broker's private routes (``api.internal``)
+    return app
 
 
 _DOCS_PAGE = """<!doctype html>

@@ -10,7 +10,6 @@ its own subscriptions. System namespaces (``icrc72:*:sys:``) only an admin sees.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +46,7 @@ def _bound(b: Broker, namespace: str, now: int) -> asyncapi.BoundSchema | None:
 def asyncapi_document(b: Broker, caller: PrincipalRecord, base_url: str) -> dict[str, Any]:
     """The document for ``caller``, with servers at ``base_url``."""
     o = b.orchestrator
-    now = time.time_ns()
+    now = b.clock.now_ns()  # a Deprecated schema expires by the cluster's clock
     own = [s for s in o.subscriptions.values() if s.subscriber == caller.name]
     modes: dict[str, set[str]] = {}
     for s in own:

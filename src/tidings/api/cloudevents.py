@@ -16,10 +16,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..bodies import read_body
 from ..broker import Broker
 from ..core import cloudevents
 from ..errors import ApiError, BadRequest, Forbidden, StoreUnavailable
+from ._admit import admitted_body, declared_length
 from ._method import warning_header
 
 __all__ = ["cloudevents_routes"]
@@ -35,11 +35,15 @@ def cloudevents_routes(broker: Broker, refuse: Callable[[ApiError | StoreUnavail
     async def publish(request: Request) -> Response:
         namespace = request.path_params["namespace"]
         content_type = request.headers.get("content-type")
+        ticket = None
         try:
-            caller = await broker.auth.principal(request.headers.get("authorization"))
-            body = await read_body(request, limit)
+            ticket = broker.overload.admit(declared_length(request))  # before the token's look-up waits
+            with broker.overload.waiting():
+                caller = await broker.auth.principal(request.headers.get("authorization"))
+            body = await admitted_body(request, limit, broker.overload, ticket)
             events = cloudevents.from_http(
-                namespace, content_type, request.headers.raw, body, max_events=broker.settings.max_batch_items
+                namespace, content_type, request.headers.raw, body, max_events=broker.settings.max_batch_items,
+                key=request.headers.get("idempotency-key"),
             )
             warnings: list[str] = []
             results = await broker.broadcaster.publish(caller, events, warnings)
@@ -49,9 +53,12 @@ def cloudevents_routes(broker: Broker, refuse: Callable[[ApiError | StoreUnavail
             return refuse(e)
         except ClientDisconnect:
             return Response(status_code=400)
+        finally:
+            if ticket is not None:
+                broker.overload.release(ticket)
         status = cloudevents.answer_status(results, cloudevents.media_type(content_type) == cloudevents.BATCH)
         headers = warning_header(warnings) if warnings else {}
-        if status == 429:
+        if status in (429, 503):
             headers["Retry-After"] = "1"
         return Response(_encode(results), status_code=status, media_type="application/json", headers=headers)
 

@@ -11,10 +11,13 @@ send, so a client reaching ``/_internal/...`` gets the public app's 404):
   ``Authorization`` header; answered exactly as ``POST /v1/icrc72_publish`` would be.
 - ``POST /_internal/auth``: 200 or the 401 the caller's token deserves, for a front that
   must refuse a request it cannot parse (413) without telling a stranger first.
+- ``POST /_internal/front-stats``: a front's own refusals and waiting publishes
+  (``_front_reports``), every second, for ``/metrics``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 
 import msgspec
@@ -26,7 +29,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import Broker
 from ..core.ingest import PublishBatch
+from ..core.undecodable import UNDECODABLE
 from ..errors import ApiError, StoreUnavailable
+from ._admit import admitted_body, declared_length
+from ._front_reports import FrontReports, decode_report
 from .app import api_error, publish_reply, served
 
 __all__ = ["FRONT_HEADER", "internal_app"]
@@ -40,14 +46,23 @@ FRONT_HEADER = "x-tidings-front"
 
 def internal_app(broker: Broker, public: Starlette, secret: str) -> ASGIApp:
     async def publish(request: Request) -> Response:
+        ticket = None
         try:
-            caller = await broker.auth.principal(request.headers.get("authorization"))
-            batch = _decode_batch(await request.body())
+            ticket = broker.overload.admit(declared_length(request))  # before the token's look-up waits
+            with broker.overload.waiting():
+                caller = await broker.auth.principal(request.headers.get("authorization"))
+            # The front checked the size against the same limit; this one is its own
+            # broker's, so a batch re-encoded a little larger still fits.
+            body = await admitted_body(request, 2 * broker.settings.max_body_bytes + 4096, broker.overload, ticket)
+            batch = _decode_batch(body)
             warnings: list[str] = []
             refused = {i: (ns, why) for i, ns, why in batch.refused}
             results = await broker.broadcaster.commit(caller, batch.n, batch.rows, refused, batch.now, warnings)
         except (ApiError, StoreUnavailable) as e:
             return api_error(e)
+        finally:
+            if ticket is not None:
+                broker.overload.release(ticket)
         served()
         return publish_reply(results, warnings)
 
@@ -58,9 +73,18 @@ def internal_app(broker: Broker, public: Starlette, secret: str) -> ASGIApp:
             return api_error(e)
         return Response(status_code=200)
 
+    async def front_stats(request: Request) -> Response:
+        # Only the broker's own fronts reach this (the secret): a report that does not
+        # decode is a bug of ours, dropped.
+        with contextlib.suppress(*UNDECODABLE):
+            reports.update(decode_report(await request.body()))
+        return Response(status_code=204)
+
+    reports: FrontReports = public.state.front_reports
     private = Starlette(routes=[
         Route("/_internal/publish", publish, methods=["POST"]),
         Route("/_internal/auth", auth, methods=["POST"]),
+        Route("/_internal/front-stats", front_stats, methods=["POST"]),
     ])
     expected = secret.encode()
     header = FRONT_HEADER.encode()

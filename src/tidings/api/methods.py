@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..broker import Broker
+from ..broker.registry import take_of
 from ..core.wire import (
     BroadcasterInfo,
     BroadcasterSubscriptionsQuery,
@@ -22,6 +23,7 @@ from ..core.wire import (
     PendingAuthorization,
     PrincipalCreate,
     PrincipalCreated,
+    PrincipalInfo,
     PublicationBroadcastersQuery,
     PublicationInfo,
     PublicationRegistration,
@@ -78,6 +80,14 @@ async def _publish(b: Broker, caller: PrincipalRecord, events: list[Event]) -> A
     warnings: list[str] = []
     results = await b.broadcaster.publish(caller, events, warnings)
     return Reply(results, warning_header(warnings)) if warnings else results
+
+
+async def _get_principals(b: Broker, caller: PrincipalRecord, arg: InfoQuery) -> list[PrincipalInfo]:
+    if not caller.admin:
+        raise Forbidden("only an admin principal may list principals")
+    found = sorted(await b.store.list_principals(), key=lambda p: p.name)
+    after = [p for p in found if arg.prev is None or p.name > arg.prev][: take_of(arg.take)]
+    return [PrincipalInfo(name=p.name, admin=p.admin, createdAt=p.created_at) for p in after]
 
 
 async def _whoami(b: Broker, caller: PrincipalRecord, arg: None) -> Whoami:
@@ -253,6 +263,11 @@ METHODS: dict[str, Method] = {
             "Takes effect on every server of the store within seconds.",
         ),
         Method("tidings_whoami", None, Whoami, _whoami, "The calling principal.", None),
+        Method(
+            "tidings_get_principals", InfoQuery, list[PrincipalInfo], _get_principals,
+            "Principals ordered by name, whether each is an admin, when it was made (admin; never a token).",
+            InfoQuery(),
+        ),
         *SCHEMA_METHODS,
         *REPLAY_METHODS,
     ]

@@ -9,7 +9,6 @@ that has no peers, gets 403. The body is msgpack ``RelayBatch``; the answer, msg
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import msgspec
@@ -40,7 +39,7 @@ def relay_route(broker: Broker, error_response: Callable[[int, str, str], Respon
             if not secret:
                 raise Forbidden("icrc72_publish_relay is for broadcasters sharing this one's store, and it has none")
             body = await read_body(request, limit)
-            if not verify(secret, request.headers.get(RELAY_HEADER), body, time.time_ns() // 1_000_000):
+            if not verify(secret, request.headers.get(RELAY_HEADER), body, broker.clock.now_ns() // 1_000_000):
                 raise Forbidden("icrc72_publish_relay takes only relays signed by a broadcaster of this store")
             try:
                 relayed = _decode(body)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from ..broker import Broker
+from ..core.config import PublicationConfig
 from ..core.wire_schemas import (
     CompatibilityConfig,
     CompatibilityIssue,
@@ -57,8 +59,11 @@ async def _delete(b: Broker, c: PrincipalRecord, ids: list[int]) -> list[SchemaR
         raise Forbidden("only an admin deletes schemas")
     gone = set(ids)
     results: list[SchemaResult | None] = [None] * len(ids)
+    # The publications as stored, not as this broadcaster last heard of them: one bound
+    # through another broadcaster a moment ago counts.
+    configs = {p.namespace: PublicationConfig.read(p.config) for p in await b.store.list_publications()}
     for i, sid in enumerate(ids):
-        bound = _binders(b, sid, gone)
+        bound = _binders(b, configs, sid, gone)
         if bound:
             results[i] = schema_err("InvalidState", (
                 f"publication(s) {', '.join(map(repr, bound))} bind schema {sid}: deleting it would refuse "
@@ -69,11 +74,11 @@ async def _delete(b: Broker, c: PrincipalRecord, ids: list[int]) -> list[SchemaR
     return [r for r in results if r is not None]
 
 
-def _binders(b: Broker, sid: int, gone: set[int]) -> list[str]:
+def _binders(b: Broker, configs: dict[str, PublicationConfig], sid: int, gone: set[int]) -> list[str]:
     """The publications that bind schema ``sid`` by id, or by a name whose every live
     version is among those deleted."""
     out = []
-    for ns, conf in b.orchestrator.pub_configs.items():
+    for ns, conf in configs.items():
         ref = conf.schema
         if ref == sid and not isinstance(ref, bool):
             out.append(ns)
@@ -190,3 +195,16 @@ SCHEMA_METHODS: list[Method] = [
 
 async def _async(value: Any) -> Any:
     return value
+
+
+def _fresh(handler: Any) -> Any:
+    async def call(b: Broker, c: PrincipalRecord, a: Any) -> Any:
+        # Another broadcaster may have changed the registry: read or decide on it as stored.
+        await b.schemas.refresh()
+        return await handler(b, c, a)
+
+    return call
+
+
+SCHEMA_METHODS[:] = [replace(m, handler=_fresh(m.handler)) for m in SCHEMA_METHODS]
+

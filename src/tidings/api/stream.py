@@ -26,14 +26,15 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..broker import Broker
-from ..broker.publish import check_event
+from ..broker.publish import Overloaded, Ticket, check_event
 from ..core import tracecontext
 from ..core.config import SubscriptionConfig
+from ..core.ingest import ERR_MAYBE_STORED
 from ..core.int64 import out_of_range, range_message
 from ..core.long_ints import long_integer, long_message
 from ..core.retry import Outcome, classify
 from ..core.undecodable import UNDECODABLE
-from ..core.wire import ConfirmResult, ItemResult, err, ok
+from ..core.wire import ConfirmResult, GenericError, ItemResult, err, ok
 from ..core.wire_stream import (
     CLOSE_AUTH,
     CLOSE_MALFORMED,
@@ -52,7 +53,7 @@ from ..core.wire_stream import (
     Results,
     StreamError,
 )
-from ..errors import ApiError, BadRequest, Unauthenticated
+from ..errors import ApiError, BadRequest, Unauthenticated, Unavailable
 from ..store import PrincipalRecord, SubscriptionRecord
 
 if TYPE_CHECKING:
@@ -65,8 +66,12 @@ log = logging.getLogger("tidings.stream")
 _decode = msgspec.json.Decoder(ClientMessage).decode
 _decode_ref = msgspec.json.Decoder(RefOnly).decode
 _encode = msgspec.json.Encoder().encode
+_ROOM_POLL_S = 0.05
+"""How often a stream held back by the waiting caps looks for room again."""
 _REAUTH_S = 2.0
 """How often an open connection's token is checked again (a revoked one closes it)."""
+_LEASE_TICK_S = 0.5
+"""How often the leases of ``stream:`` subscriptions (``leaseMs``) are looked at."""
 
 PushAnswer = tuple[Outcome, object, str, float | None]
 
@@ -80,8 +85,50 @@ class StreamFace:
         self.connections: Counter[str] = Counter()
         self.listeners: dict[int, _Connection] = {}
         broker.delivery.transports["stream"] = self.push
+        self._leases: asyncio.Task[None] | None = None
+        with contextlib.suppress(RuntimeError):  # no loop yet: started by the first connection
+            self._watch_leases()
+
+    def _watch_leases(self) -> None:
+        if self._leases is None:
+            self._leases = asyncio.get_running_loop().create_task(self._expire_leases(), name="tidings-stream-leases")
+
+    async def _expire_leases(self) -> None:
+        """End each ``stream:`` subscription with a ``leaseMs`` that no connection has
+        listened to for that long: a ``tidings tail`` that was killed leaves nothing
+        behind. The time counts from when this process last saw a listener, or from its
+        start (a restart gives every such subscription its whole lease again)."""
+        loop = asyncio.get_running_loop()
+        unheard: dict[int, float] = {}
+        while not self.broker.draining:
+            await asyncio.sleep(_LEASE_TICK_S)
+            now = loop.time()
+            orch = self.broker.orchestrator
+            for sub_id, conf in list(orch.sub_configs.items()):
+                sub = orch.subscriptions.get(sub_id)
+                if conf.lease_s is None or sub is None or not (sub.endpoint or "").startswith(STREAM_PREFIX):
+                    continue
+                if self.broker.cluster is not None and self.broker.delivery.worker(sub_id) is None:
+                    continue  # another broadcaster delivers it: its listeners are there, and so is its lease
+                conn = self.listeners.get(sub_id)
+                if conn is not None and not conn.closed:
+                    unheard.pop(sub_id, None)
+                    continue
+                since = unheard.setdefault(sub_id, now)
+                if now - since < conf.lease_s:
+                    continue
+                unheard.pop(sub_id, None)
+                log.info("subscription %s ended: no stream connection listened to it for %g s (its leaseMs)",
+                         sub_id, conf.lease_s)
+                try:
+                    await orch.end_subscription(sub_id)
+                except Exception:  # the store is down: the next tick tries again
+                    log.exception("could not end subscription %s", sub_id)
+            for sub_id in [k for k in unheard if k not in orch.sub_configs]:
+                del unheard[sub_id]
 
     async def serve(self, ws: WebSocket) -> None:
+        self._watch_leases()
         s = self.settings
         try:
             caller = await self.broker.auth.principal(ws.headers.get("authorization"))
@@ -146,6 +193,8 @@ class _Connection:
         self.max_frame = s.stream_max_frame_bytes
         self.max_items = s.max_batch_items
         self.queue: list[Publish] = []
+        self.sizes: list[int] = []
+        """Each queued publish's message length, beside ``queue`` (what waits, in bytes)."""
         self.arrived = asyncio.Event()
         self.room = asyncio.Event()
         self.room.set()
@@ -175,10 +224,15 @@ class _Connection:
 
     async def _read_loop(self) -> None:
         ws = self.ws
+        overload = self.broker.overload
         while True:
             if self.inflight >= self.window:
                 self.room.clear()
                 await self.room.wait()
+            while overload.admission.full and not self.closed:
+                # No new credit while too much waits for the store: the client's sends wait
+                # on TCP, as for a full window, rather than queueing here.
+                await asyncio.sleep(_ROOM_POLL_S)
             try:
                 msg = await ws.receive()
             except (WebSocketDisconnect, RuntimeError):
@@ -219,6 +273,7 @@ class _Connection:
                     continue
                 self.inflight += 1
                 self.queue.append(m)
+                self.sizes.append(len(text))
                 self.arrived.set()
             elif isinstance(m, Ack | Nack):
                 fut = self.pushes.get(m.push)
@@ -291,6 +346,7 @@ class _Connection:
             await self.arrived.wait()
             self.arrived.clear()
             batch, self.queue = self.queue[: self.max_items], self.queue[self.max_items :]
+            sizes, self.sizes = self.sizes[: len(batch)], self.sizes[len(batch) :]
             if self.queue:
                 self.arrived.set()
             stop = bool(batch) and batch[-1] is _STOP
@@ -298,8 +354,17 @@ class _Connection:
                 batch.pop()
             if batch:
                 await self._reauthenticate()
+                ticket = await self._admitted(sum(sizes))
                 try:
                     results = await publish(self.caller, [m.event for m in batch], checked=True)
+                except Unavailable as e:
+                    # The store is unavailable, or the commit outlived the store's timeout:
+                    # whether the events were stored may be unknown. Over HTTP this is a 503;
+                    # here each event gets the documented item error a publisher retries
+                    # with the same key (docs/streaming.md).
+                    results = [err("GenericError", GenericError(
+                        ERR_MAYBE_STORED, f"{e.message}: it may have been stored: retry with the same key"
+                    ))] * len(batch)
                 except ApiError as e:  # a publication deleted since the message was read
                     results = [err("NotFound", e.message)] * len(batch)
                 except Exception:
@@ -307,11 +372,23 @@ class _Connection:
                     results = [err("GenericBatchError", "internal error; the server log has the details")] * len(
                         batch
                     )
+                finally:
+                    self.broker.overload.release(ticket)
                 self.inflight -= len(batch)
                 self.room.set()
                 await self._send(Results(refs=[m.ref for m in batch], results=results))
             if stop:
                 return
+
+    async def _admitted(self, nbytes: int) -> Ticket:
+        """A ticket for a batch already read: waited for rather than refused (the reader
+        gives no new credit meanwhile), so a stream's publisher is slowed, not failed."""
+        overload = self.broker.overload
+        while True:
+            if not overload.admission.full:
+                with contextlib.suppress(Overloaded):
+                    return overload.admit(nbytes)
+            await asyncio.sleep(_ROOM_POLL_S)
 
     async def _reauthenticate(self) -> None:
         now = asyncio.get_running_loop().time()

@@ -53,6 +53,9 @@ class Metrics:
         self.worker_runs = 0
         """Subscription worker tasks started: one per running subscription at startup, and
         one per start after a stop. A stopped subscription holds no task."""
+        self.clock_offset_s = 0.0
+        """This process's wall clock minus the clock it stamps by (``core.clock``)."""
+        self.clock_uncertainty_s = 0.0
         self.latency = _Histogram(LATENCY_BUCKETS)
         """Seconds from the broadcaster's acceptance of an event to its confirmation."""
 
@@ -117,6 +120,14 @@ class Metrics:
             name = "tidings_broadcasters_alive"
             out.extend((f"# HELP {name} Broadcasters alive at this one's last heartbeat, itself included.",
                         f"# TYPE {name} gauge", f"{name}{me} {cluster.alive}"))
+        name = "tidings_clock_offset_seconds"
+        out.extend((f"# HELP {name} This process's wall clock minus the cluster's clock (the database's with "
+                    "several broadcasters; alone, the wall clock at start carried on by the monotonic clock): "
+                    "nothing is stamped by the wall clock.", f"# TYPE {name} gauge", f"{name} {self.clock_offset_s}"))
+        name = "tidings_clock_uncertainty_seconds"
+        out.extend((f"# HELP {name} How far the cluster's clock as this process reads it may be from the "
+                    "database's: half the last heartbeat's round trip plus the drift since.",
+                    f"# TYPE {name} gauge", f"{name} {self.clock_uncertainty_s}"))
         name = "tidings_delivery_latency_seconds"
         h = self.latency
         out.extend((f"# HELP {name} From the broadcaster's acceptance of an event to its confirmation.",

@@ -17,22 +17,24 @@ import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from ..core.admission import Admission
 from ..core.netpolicy import AddressPolicy
 from ..core.wire import ConfirmResult
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError
 from ..outbound import Outbound
 from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
-from ..store import ClusterStore, PrincipalRecord, Store, StoredEvent
+from ..store import ClusterStore, PrincipalRecord, Store, StoredEvent, redact_address
 from ..tracing import TracingUnavailable
 from ..tracing import start as start_tracing
 from .auth import Authenticator, Authorizer
-from .cluster import Cluster, Commands, ControlLog, Forwarding, Membership, RegistrySync
+from .cluster import ClockWatch, Cluster, Commands, ControlLog, Forwarding, Membership, Outage, RegistrySync
 from .delivery import DeadLetters, Delivery, Handshake, Signing, Tail
 from .metrics import Metrics
-from .publish import Broadcaster, BroadcasterQueries
+from .publish import Broadcaster, BroadcasterQueries, Overload
 from .registry import Orchestrator, Registry
 from .replay import Replays
 
@@ -48,11 +50,17 @@ class Broker:
             settings = _cluster_settings(settings)
         self.settings = settings
         self.store = store
+        self.clock = store.clock
+        """The one clock every part stamps and compares by (``core.clock``; docs/semantics.md,
+        "Time"): the store's, so that what the store stamps agrees with it."""
+        now_ns = self.clock.now_ns
         # Several broadcasters may share this store: each delivers the subscriptions it
         # holds the lease of (docs/scaling.md); alone, it delivers them all.
         self.membership = Membership(settings.broadcaster_id, _advertised(settings), shared=shared)
         owns = self.membership.owns if shared else None
-        self.auth = Authenticator(store)
+        # A token revoked through another broadcaster stops working here within the
+        # cluster's bound on stale state (docs/scaling.md, "Shared state"): 2 s.
+        self.auth = Authenticator(store, cache_s=2.0, now_ns=now_ns)
         self.outbound = Outbound(
             _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections,
             connect_timeout_s=settings.connect_timeout_s,
@@ -61,10 +69,10 @@ class Broker:
         # registry (state) first; delivery and signing read it; the orchestrator changes
         # it and tells them (docs/architecture.md).
         self.registry = Registry()
-        self.schemas = SchemaRegistry(store, assert_formats=settings.schema_format_assertion)
+        self.schemas = SchemaRegistry(store, assert_formats=settings.schema_format_assertion, clock=now_ns)
         self.binder = SchemaBinder(self.schemas)
-        self.authorizer = Authorizer(self.outbound)
-        self.signing = Signing(store, self.registry, settings)
+        self.authorizer = Authorizer(self.outbound, now_ns=now_ns)
+        self.signing = Signing(store, self.registry, settings, clock=now_ns)
         self.tail = Tail(0, settings.tail_capacity)
         self.metrics = Metrics()
         try:
@@ -75,10 +83,14 @@ class Broker:
         self.delivery = Delivery(
             store, self.tail, settings, self.registry, on_gone=self._subscription_gone, metrics=self.metrics,
             outbound=self.outbound, signer=self.signing.sign, owns=owns, tracing=self.tracing,
-            leases=self.membership if shared else None,
+            leases=self.membership if shared else None, now_ns=now_ns,
         )
         # With others, each change made here is also sent to them as a command on the log.
-        control = ControlLog(store, self.registry, self.membership, on_appended=self._logged) if shared else None
+        # One outage for every loop of the cluster's work: told once, not once per loop.
+        outage = Outage(logging.getLogger("tidings.cluster"))
+        control = ControlLog(
+            store, self.registry, self.membership, on_appended=self._logged, clock=now_ns, outage=outage,
+        ) if shared else None
         commands = Commands(self.delivery, control) if control is not None else None
         self.orchestrator = Orchestrator(
             store, self.registry, broadcaster_id=settings.broadcaster_id,
@@ -88,7 +100,8 @@ class Broker:
             max_publications=settings.max_publications_per_principal,
             max_subscriptions=settings.max_subscriptions_per_principal,
             look_up=self._look_up if shared else None,
-            **({"on_publication_changed": commands.publication_changed} if commands is not None else {}),
+            **({"on_publication_changed": commands.publication_changed} if commands is not None else {}),  # type: ignore[arg-type]
+            schemas_fresh=self.schemas.refresh, now_ns=now_ns,
             handshake=Handshake(
                 self.outbound, urlsplit(self.membership.url).hostname or "tidings", timeout_s=settings.push_timeout_s,
             ).refusal,
@@ -97,8 +110,16 @@ class Broker:
         # Alone, a broadcaster owns every publication and has nobody to forward to.
         self.forwarding = Forwarding(
             self.membership, store, timeout_s=settings.forward_timeout_s,  # type: ignore[arg-type]
-            stale_after_s=2 * settings.heartbeat_s + 0.5,
+            stale_after_s=2 * settings.heartbeat_s + 0.5, clock=now_ns,
         ) if shared else None
+        self.overload = Overload(
+            Admission(settings.max_waiting_bytes, settings.max_waiting_requests),
+            store=redact_address(settings.store) if settings.store else str(settings.db_path),
+            timeout_s=settings.store_timeout_s, stall_s=settings.store_stall_s,
+            probe=lambda: store.append([], []),
+        )
+        """What waits for the store: admission under the caps, each commit's bounded wait,
+        stalls (``/readyz``, the log, ``/metrics``)."""
         self.broadcaster = Broadcaster(
             store,
             self.orchestrator,
@@ -109,23 +130,32 @@ class Broker:
             schemas=self.binder,
             forwarding=self.forwarding,
             tracing=self.tracing,
+            clock=now_ns,
+            max_clock_offset_s=settings.max_clock_offset_s,
+            overload=self.overload,
         )
-        self.retention = Retention(store, self.schemas, self.binder, self.orchestrator)
+        self.retention = Retention(store, self.schemas, self.binder, self.orchestrator, clock=now_ns)
+        self.clock_watch = ClockWatch(
+            self.clock, max_offset_s=settings.max_clock_offset_s, shared=shared, me=settings.broadcaster_id,
+        )
+        self._clock_task: asyncio.Task[None] | None = None
         self._runner: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
+        self._reclaim_task: asyncio.Task[None] | None = None
         self.replays = Replays(store, self.orchestrator, self.delivery, settings, owns=owns)
         self._replay_task: asyncio.Task[None] | None = None
         self.broadcasters = BroadcasterQueries(store, self.orchestrator, self.membership)
         self.cluster: Cluster | None = None
-        self._sync = RegistrySync(store, self.orchestrator, self.delivery)
+        self._sync = RegistrySync(store, self.orchestrator, self.delivery, self.schemas.refresh)
         if isinstance(store, ClusterStore) and control is not None:
             self.cluster = Cluster(
                 store, self.membership, self.delivery, self.replays, self.signing,  # type: ignore[arg-type]
                 self._sync, self.tail, control,
                 on_events=self._appended_elsewhere,
-                heartbeat_s=settings.heartbeat_s, lease_s=settings.lease_s,
+                heartbeat_s=settings.heartbeat_s, lease_s=settings.lease_s, outage=outage,
             )
         self._cluster_task: asyncio.Task[None] | None = None
+        self._overload_task: asyncio.Task[None] | None = None
         self._draining = False
         self._started = False
 
@@ -158,15 +188,23 @@ class Broker:
                 ready.cancel()
                 self._runner.result()  # raises what stopped delivery
             self._replay_task = asyncio.create_task(self.replays.run(), name="tidings-replays")
+            self._overload_task = asyncio.create_task(self.overload.watch(), name="tidings-overload")
             if self.forwarding is not None:
                 assert isinstance(self.store, ClusterStore)
                 await self.forwarding.start(await self.store.peer_secret(secrets.token_bytes(32)))
             if self.cluster is not None:
+                # Also the first reading of the database's clock: nothing is stamped by
+                # this process's own before it.
                 await self.cluster.beat()  # take this broadcaster's share before serving
                 self._cluster_task = asyncio.create_task(self.cluster.run(), name="tidings-cluster")
+            self._clock_task = asyncio.create_task(self._watch_clock(), name="tidings-clock")
             if self.settings.retention_interval_s > 0:
                 self._retention_task = asyncio.create_task(
                     self.retention.run(self.settings.retention_interval_s), name="tidings-retention"
+                )
+            if self.settings.key_reclaim_interval_s > 0:
+                self._reclaim_task = asyncio.create_task(
+                    self.broadcaster.reclaim_keys(self.settings.key_reclaim_interval_s), name="tidings-key-reclaim"
                 )
             self._started = True
         except BaseException:
@@ -186,7 +224,7 @@ class Broker:
 
     async def readiness(self) -> list[str]:
         """Why this process should not be sent traffic now (empty: ready): stopping,
-        not started, the store unreachable, or, with other broadcasters, its leases not
+        not started, commits stalled, the store unreachable, or, with other broadcasters, its leases not
         renewed (its last heartbeats failed)."""
         problems = []
         if self._draining:
@@ -194,12 +232,24 @@ class Broker:
         if not self._started:
             problems.append("starting: the registry is not loaded yet")
             return problems
-        try:
-            await asyncio.wait_for(self.store.head(), 2.0)
-        except (StoreError, TimeoutError) as e:
-            problems.append(f"the store is unreachable: {e or 'no answer in 2 s'}")
+        stalled = self.overload.problem()
+        if stalled is not None:  # a read cannot see a writer stuck in fsync: the commits' age can
+            problems.append(stalled)
+        elif not self.overload.committed_within(1.0):
+            # (Stalled, or committing now: the answer need not wait for a read that may hang
+            # as well, or wait behind the backlog a stall leaves.)
+            # Not wait_for: a read cancelled on a paused PostgreSQL waits out the driver's own
+            # timeout (its cancel request gets no answer either); left to finish on its own.
+            read = asyncio.ensure_future(self.store.head())
+            done, _ = await asyncio.wait({read}, timeout=2.0)
+            if not done:
+                read.add_done_callback(_retrieved)
+                problems.append("the store is unreachable: no answer to a read in 2 s")
+            elif (e := read.exception()) is not None:
+                problems.append(f"the store is unreachable: {e}")
         if self.cluster is not None and time.monotonic() > self.membership.valid_until:
             problems.append("its leases are not renewed: the last heartbeats failed")
+        problems.extend(self.clock_watch.problems())
         return problems
 
     async def stop(self) -> None:
@@ -217,12 +267,14 @@ class Broker:
             if left:
                 log.warning("%d subscription(s) still pushing after %.1f s (TIDINGS_DRAIN_S): stopped; what they "
                             "pushed is sent again by whoever delivers them next", left, self.settings.drain_s)
-        for task in (self._cluster_task, self._retention_task, self._replay_task):
+        for task in (self._cluster_task, self._retention_task, self._reclaim_task, self._replay_task, self._clock_task,
+                     self._overload_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._cluster_task = self._retention_task = self._replay_task = None
+        self._cluster_task = self._retention_task = self._reclaim_task = self._replay_task = self._clock_task = None
+        self._overload_task = None
         await asyncio.to_thread(self.replays.close)
         if self._runner is not None:
             self._runner.cancel()
@@ -257,7 +309,15 @@ class Broker:
     def _schema_problem(self, ref: int | str) -> str | None:
         # The rule publish applies, asked at binding: a schema that would refuse every
         # event (unknown, deleted, Retracted, Deprecated past its window) is refused now.
-        return self.binder.bind(ref, time.time_ns()).refused
+        return self.binder.bind(ref, self.clock.now_ns()).refused
+
+    async def _watch_clock(self) -> None:
+        """Compare the wall clock with the cluster's at every heartbeat (``ClockWatch``)."""
+        while True:
+            w = self.clock_watch
+            w.check()
+            self.metrics.clock_offset_s, self.metrics.clock_uncertainty_s = w.offset_s, w.uncertainty_s
+            await asyncio.sleep(self.settings.heartbeat_s)
 
     def _appended(self, events: list[StoredEvent]) -> None:
         self.metrics.events_published += len(events)
@@ -285,6 +345,12 @@ class Broker:
         are kept after it, for its subscriber."""
         log.warning("subscription %s ended: %s", sub_id, reason)
         await self.orchestrator.end_subscription(sub_id)
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Its outcome is no longer awaited by anyone: read so it is not reported as lost."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _advertised(settings: Settings) -> str:

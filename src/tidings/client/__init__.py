@@ -8,11 +8,11 @@ connection that publishes with many events in flight and receives ``stream:`` pu
 from ..core.values import Principal, Value, from_python, to_python
 from ..core.wire import ConfirmResult, Event, EventNotification, ItemResult
 from ._admin import Admin
-from ._errors import ApiResponseError, ClientError, ItemError, TransportError
+from ._errors import ApiResponseError, ClientError, ItemError, PublishUncertain, TransportError
 from ._publisher import Publisher, SchemaWarning, item_result
 from ._replays import Replays, replay_result
 from ._schemas import Schemas, schema_result
-from ._stream import Stream
+from ._stream import RetryLater, Stream
 from ._subscriber import Handler, Subscriber
 from ._sync import SyncAdmin, SyncPublisher, SyncReplays, SyncSchemas
 
@@ -27,8 +27,10 @@ __all__ = [
     "ItemError",
     "ItemResult",
     "Principal",
+    "PublishUncertain",
     "Publisher",
     "Replays",
+    "RetryLater",
     "SchemaWarning",
     "Schemas",
     "Stream",

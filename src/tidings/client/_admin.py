@@ -6,6 +6,7 @@ from ..core.wire import (
     InfoQuery,
     PrincipalCreate,
     PrincipalCreated,
+    PrincipalInfo,
     PublicationBroadcastersQuery,
     PublicationInfo,
     PublisherInfo,
@@ -38,6 +39,10 @@ class Admin:
             "tidings_create_principal", PrincipalCreate(name=name, admin=admin), PrincipalCreated
         )
         return created.token
+
+    async def get_principals(self, *, prev: str | None = None, take: int | None = None) -> list[PrincipalInfo]:
+        """Principals ordered by name after ``prev`` (admins only; never a token)."""
+        return await self._conn.call("tidings_get_principals", InfoQuery(prev=prev, take=take), list[PrincipalInfo])
 
     async def whoami(self) -> str:
         return (await self._conn.call("tidings_whoami", None, Whoami)).name

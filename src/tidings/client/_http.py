@@ -53,7 +53,10 @@ class Connection:
             )
         return self._session
 
-    async def call(self, method: str, arg: Any, result: type[T], warnings: list[str] | None = None) -> T:
+    async def call(
+        self, method: str, arg: Any, result: type[T], warnings: list[str] | None = None, *,
+        timeout: float | None = None,
+    ) -> T:
         """Call ``method``; ``Warning`` response headers go to ``warnings``.
 
         A call that is safe to repeat is tried once more when a pooled connection turns
@@ -61,11 +64,17 @@ class Connection:
         try may have been stored: that failure is raised to the caller."""
         body = b"" if arg is None else _encode(arg)
         tries = 1 if method in _NOT_REPEATABLE else 2
+        within = None if timeout is None else aiohttp.ClientTimeout(
+            total=timeout, sock_connect=min(timeout, self._connect_timeout)
+        )
+        retry_after: float | None = None
         for attempt in range(tries):
             try:
-                async with self._http().post(f"{self.url}/v1/{method}", data=body) as resp:
+                async with self._http().post(f"{self.url}/v1/{method}", data=body, timeout=within) as resp:
                     raw = await resp.read()
                     status = resp.status
+                    if status != 200:
+                        retry_after = _seconds(resp.headers.get("Retry-After"))
                     if warnings is not None and "Warning" in resp.headers:
                         warnings.extend(resp.headers.getall("Warning"))
                 break
@@ -79,15 +88,17 @@ class Connection:
                     "the tidings service", self.url, self._connect_timeout, why)) from e
             except TimeoutError as e:
                 raise TransportError(f"{method}: the tidings service at {self.url} did not answer "
-                                     f"within {self._timeout:g} s") from e
+                                     f"within {timeout or self._timeout:g} s") from e
             except (aiohttp.ClientError, OSError) as e:
                 raise TransportError(f"{method}: {e!r}") from e
         if status != 200:
             try:
                 problem = _error_decoder.decode(raw).error
             except UNDECODABLE:
-                raise ApiResponseError(status, "http_error", raw[:200].decode(errors="replace")) from None
-            raise ApiResponseError(status, problem.code, problem.message)
+                raise ApiResponseError(
+                    status, "http_error", raw[:200].decode(errors="replace"), retry_after
+                ) from None
+            raise ApiResponseError(status, problem.code, problem.message, retry_after)
         dec = self._decoders.get(result)
         if dec is None:
             dec = self._decoders[result] = msgspec.json.Decoder(result)
@@ -97,3 +108,13 @@ class Connection:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` in seconds (an HTTP date is read as "soon": 1 s); None if absent."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v.isascii() and v.isdigit() and len(v) < 7:
+        return float(v)
+    return 1.0

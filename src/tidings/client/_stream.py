@@ -14,12 +14,13 @@ import aiohttp
 import msgspec
 
 from ..core.wire import ConfirmResult, Event, EventNotification, ItemResult
-from ..core.wire_stream import Ack, Confirm, Listen, Publish
-from ._errors import ApiResponseError, TransportError
+from ..core.wire_stream import Ack, Confirm, Listen, Nack, Publish
+from ._errors import ApiResponseError, ItemError, TransportError
 from ._publisher import Publisher, item_result
+from ._retry import RETRY_STATUSES, Backoff, keyed, unsettled
 from ._subscriber import Handler
 
-__all__ = ["Stream"]
+__all__ = ["RetryLater", "Stream"]
 
 log = logging.getLogger("tidings.client.stream")
 
@@ -46,6 +47,16 @@ class _In(msgspec.Struct):
     push: int = 0
 
 
+class RetryLater(Exception):
+    """Raised by a :class:`Stream` handler in ``trusted`` mode: the whole push is answered
+    with back-pressure (``nack`` 503 with ``retryAfter``), which is not an attempt; the
+    service pushes its notifications again after ``seconds``, those already handled too."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"retry after {seconds:g} s")
+        self.seconds = seconds
+
+
 _decode_in = msgspec.json.Decoder(_In).decode
 _decode_push = msgspec.json.Decoder(_Push).decode
 
@@ -70,7 +81,12 @@ class Stream:
     """
 
     def __init__(self, url: str, token: str, *, handler: Handler | None = None, window: int = 1024,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, deadline: float = 60.0) -> None:
+        """``deadline``: how long :meth:`publish` retries an event whose outcome is unknown
+        (the connection lost before its answer, ``Busy``, an item that may have been
+        stored), reconnecting as needed, always with the event's idempotency key; then
+        :class:`PublishUncertain` (0: one try). A connection opened again publishes only:
+        :meth:`listen` again for pushes."""
         self.url = url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/v1/stream"
         self._token = token
         self._handler = handler
@@ -78,6 +94,8 @@ class Stream:
             inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
         )
         self._timeout = timeout
+        self.deadline = deadline
+        self._reconnecting = asyncio.Lock()
         self._window = asyncio.Semaphore(window)
         self._session: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -126,17 +144,62 @@ class Stream:
             await self._session.close()
             self._session = None
 
+    async def wait_closed(self) -> None:
+        """Return once the connection has closed (the service went away, or :meth:`close`)."""
+        if self._reader is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(self._reader)
+
     # -- publishing -----------------------------------------------------------------------
 
-    async def publish(self, namespace: str, data: Any, *, headers: Mapping[str, Any] | None = None) -> int:
-        """Publish one event; its id once durable. Raises :class:`ItemError` for ``Err``."""
-        result = await (await self.send(Publisher.event(namespace, data, headers=headers)))
-        ids: list[int] = item_result(result)
-        return ids[0]
+    async def publish(
+        self, namespace: str, data: Any, *, headers: Mapping[str, Any] | None = None, key: str | None = None
+    ) -> int:
+        """Publish one event; its id once durable (the id it was first stored under, if
+        ``key`` was published before). Raises :class:`ItemError` for ``Err``; an event
+        whose outcome stays unknown is retried up to the deadline (see the class)."""
+        event = keyed(Publisher.event(namespace, data, headers=headers, key=key))
+        backoff = Backoff(self.deadline)
+        while True:
+            wait: float | None = None
+            try:
+                result = await (await self.send(event))
+            except TransportError as e:
+                problem: Exception = e
+            except ApiResponseError as e:
+                if e.status not in RETRY_STATUSES:
+                    raise
+                problem, wait = e, e.retry_after_s
+            else:
+                if not unsettled(result):
+                    ids: list[int] = item_result(result)
+                    return ids[0]
+                problem = ItemError("Unsettled", str(result))
+            pause = backoff.pause(wait)
+            if pause is None:
+                raise backoff.gave_up([event], problem) from problem
+            await asyncio.sleep(pause)
+            with contextlib.suppress(TransportError, ApiResponseError):  # the next try says so
+                await self._reopen()
+
+    async def _reopen(self) -> None:
+        """Connect again if the connection is closed (once, for all the callers waiting)."""
+        async with self._reconnecting:
+            if self._ws is not None and not self._ws.closed:
+                return
+            if self._reader is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._reader
+                self._reader = None
+            if self._session is not None:
+                await self._session.close()
+            await self.connect()
 
     async def send(self, event: Event) -> asyncio.Future[ItemResult | None]:
         """Send one event (waiting while ``window`` are unanswered); the future gives its
-        result, or raises :class:`ApiResponseError` if the service refused the message."""
+        result, or raises :class:`ApiResponseError` if the service refused the message.
+        The event is sent with an idempotency key: its own, or a new one."""
+        event = keyed(event)
         await self._window.acquire()
         fut = self._expect()
         fut.add_done_callback(lambda _: self._window.release())
@@ -240,7 +303,7 @@ class Stream:
             r = self._handler(n)
             if self._is_async or inspect.isawaitable(r):
                 await r
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, RetryLater):
             raise
         except Exception:
             log.exception("stream: the handler failed on %s #%s", n.namespace, n.eventId)
@@ -251,12 +314,22 @@ class Stream:
         with contextlib.suppress(TransportError):
             if p.mode == "oneshot":
                 await self._send(Ack(push=p.push))
-                done = [n.id for n in p.notifications if await self._handle(n)]
+                done = []
+                for n in p.notifications:
+                    try:
+                        if await self._handle(n):
+                            done.append(n.id)
+                    except RetryLater:  # received already: the rest stay unconfirmed, resent after the deadline
+                        break
                 if done:
                     await self.confirm(done)
                 return
-            answers = [{"Ok": None} if await self._handle(n) else {"Err": "handler failed"}
-                       for n in p.notifications]
+            try:
+                answers = [{"Ok": None} if await self._handle(n) else {"Err": "handler failed"}
+                           for n in p.notifications]
+            except RetryLater as later:
+                await self._send(Nack(push=p.push, status=503, retryAfter=max(later.seconds, 0.0)))
+                return
             await self._send(Ack(push=p.push, results=answers))
 
 

@@ -72,8 +72,12 @@ class _Blocking(Generic[T]):
 class SyncPublisher(_Blocking[Publisher]):
     """:class:`Publisher` with blocking methods."""
 
-    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
-        super().__init__(lambda: Publisher(url, token, timeout=timeout))
+    def __init__(
+        self, url: str, token: str, *, timeout: float = 30.0, follow_owners: bool = False, deadline: float = 60.0
+    ) -> None:
+        super().__init__(
+            lambda: Publisher(url, token, timeout=timeout, follow_owners=follow_owners, deadline=deadline)
+        )
 
 
 class SyncAdmin(_Blocking[Admin]):

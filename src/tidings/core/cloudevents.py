@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any, Final
@@ -32,8 +33,9 @@ from urllib.parse import unquote_to_bytes
 import msgspec
 
 from . import tracecontext
+from .ingest import ERR_MAYBE_STORED
 from .undecodable import UNDECODABLE
-from .wire import Event, ItemResult
+from .wire import Event, GenericError, ItemResult
 
 __all__ = [
     "ABSENT",
@@ -256,6 +258,16 @@ def _json_data(body: bytes, index: int | None) -> Any:
         raise CloudEventError("datacontenttype", "declares JSON, but the data is not valid JSON", index=index) from None
 
 
+def key_of(source: Any, event_id: Any) -> str | None:
+    """The idempotency key of a CloudEvent: its ``source`` and ``id`` identify it (CloudEvents
+    1.0 §3.1.1), so a sender's retry of it is a repeat. Hashed, since together they may be
+    longer than a key may be (``ingest.MAX_KEY_CHARS``): ``ce:`` and 43 base64url characters."""
+    if not isinstance(source, str) or not isinstance(event_id, str):
+        return None
+    digest = hashlib.sha256(source.encode() + b"\n" + event_id.encode()).digest()
+    return "ce:" + base64.urlsafe_b64encode(digest).decode()[:43]
+
+
 def _structured_one(obj: Any, namespace: str, index: int | None, trace: tuple[str | None, str | None]) -> Event:
     if not isinstance(obj, dict):
         raise CloudEventError(None, "a structured CloudEvent is a JSON object", index=index)
@@ -280,7 +292,8 @@ def _structured_one(obj: Any, namespace: str, index: int | None, trace: tuple[st
     else:
         data = {"Option": None}
         headers.append((ABSENT, {"Bool": True}))
-    return Event(namespace=namespace, data=data, headers=headers)
+    return Event(namespace=namespace, data=data, headers=headers,
+                 idempotencyKey=key_of(attributes.get("source"), attributes.get("id")))
 
 
 def _decode_json(body: bytes) -> Any:
@@ -332,7 +345,8 @@ def _binary(
             data = {"Blob": base64.b64encode(body).decode()}
     else:
         data = {"Blob": base64.b64encode(body).decode()}
-    return Event(namespace=namespace, data=data, headers=pairs)
+    return Event(namespace=namespace, data=data, headers=pairs,
+                 idempotencyKey=key_of(attributes.get("source"), attributes.get("id")))
 
 
 def from_http(
@@ -342,11 +356,25 @@ def from_http(
     body: bytes,
     *,
     max_events: int,
+    key: str | None = None,
 ) -> list[Event]:
     """The events of one HTTP request carrying CloudEvents to ``namespace``: the mode is
     the Content-Type's; ``headers`` are the request's raw header pairs; a batch holds at
     most ``max_events``. The request's own ``traceparent``/``tracestate`` headers are the
-    trace context of each event that carries none. Raises :class:`CloudEventError`."""
+    trace context of each event that carries none. Each event's idempotency key is its
+    ``source`` and ``id`` (:func:`key_of`), or ``key`` (the request's ``Idempotency-Key``
+    header) for a request of one event. Raises :class:`CloudEventError`."""
+    events = _from_http(namespace, content_type, headers, body, max_events)
+    if key is not None:
+        if len(events) != 1:
+            raise CloudEventError(None, "the Idempotency-Key header keys a request of one CloudEvent")
+        events[0].idempotencyKey = key
+    return events
+
+
+def _from_http(
+    namespace: str, content_type: str | None, headers: Sequence[tuple[bytes, bytes]], body: bytes, max_events: int
+) -> list[Event]:
     if len(headers) > MAX_HEADERS or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES:
         raise CloudEventError(
             None, f"at most {MAX_HEADERS} headers of {MAX_HEADER_BYTES} bytes in all", status=431
@@ -388,4 +416,7 @@ def answer_status(results: Sequence[ItemResult | None], batched: bool) -> int:
     code = error.code
     if code == "GenericBatchError":
         return 400 if "at most" in str(error.GenericBatchError) else 503
+    g = error.GenericError
+    if code == "GenericError" and isinstance(g, GenericError) and g.error_code == ERR_MAYBE_STORED:
+        return 503  # it may have been stored: the sender retries, and its key settles it
     return _STATUS.get(code, 400)

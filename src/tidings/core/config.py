@@ -54,12 +54,19 @@ RETRY_MAX_MS = "tidings:subscription:retry:maxMs"
 ACK_DEADLINE_MS = "tidings:subscription:ackDeadlineMs"
 MAX_ATTEMPTS = "tidings:subscription:maxAttempts"
 MAX_AGE_MS = "tidings:subscription:maxAgeMs"
+LEASE_MS = "tidings:subscription:leaseMs"
 AUTHORIZATION_URL = "tidings:publication:authorization:url"
 AUTHORIZATION_TIMEOUT_MS = "tidings:publication:authorization:timeoutMs"
 CLOUDEVENTS = "tidings:subscription:cloudevents"
 """Pushes as CloudEvents (docs/cloudevents.md): Text ``binary`` or ``structured``."""
 HANDSHAKE = "tidings:subscription:cloudevents:handshake"
 """Bool: the endpoint must allow tidings' origin (CloudEvents webhook handshake) first."""
+DEDUP_WINDOW_MS = "tidings:publication:dedupWindowMs"
+"""Nat: how long a publisher's idempotency key is remembered (docs/wire-format.md)."""
+DEFAULT_DEDUP_WINDOW_MS = 600_000
+"""Ten minutes: longer than the SDK's default publish deadline (a minute) plus a
+failover and a restart of a member, and Azure Service Bus's default; the cost is one
+small row per keyed event published within the window (BENCHMARKS.md)."""
 SCHEMA = "tidings:publication:schema"
 """The schema events are checked against: a Nat schema id, or a Text name (its latest Active version)."""
 
@@ -127,6 +134,9 @@ class SubscriptionConfig:
     when a push holds several); None: tidings' own JSON array of notifications."""
     handshake: bool = False
     """The endpoint must pass the CloudEvents webhook handshake when it is registered."""
+    lease_s: float | None = None
+    """A ``stream:`` subscription ends by itself once no connection has listened to it
+    for this long (``tidings tail``'s own subscription; docs/streaming.md)."""
 
     @classmethod
     def read(cls, pairs: Iterable[Sequence[Any]]) -> SubscriptionConfig:
@@ -155,7 +165,7 @@ class SubscriptionConfig:
             if not isinstance(v, dict) or v.get("Text") not in ("unsubscribe", "deadletter"):
                 raise ImproperConfig(ON_ERROR, 'expected Text "unsubscribe" or "deadletter"')
             on_error = v["Text"]
-        ms = {k: _positive_nat(c, k) for k in (RETRY_INITIAL_MS, RETRY_MAX_MS, ACK_DEADLINE_MS, MAX_AGE_MS)}
+        ms = {k: _positive_nat(c, k) for k in (RETRY_INITIAL_MS, RETRY_MAX_MS, ACK_DEADLINE_MS, MAX_AGE_MS, LEASE_MS)}
         attempts = _positive_nat(c, MAX_ATTEMPTS)
         cloudevents = None
         if CLOUDEVENTS in c:
@@ -174,7 +184,7 @@ class SubscriptionConfig:
         return cls(
             text, predicate, skip, stopped, controllers, reliable, on_error,
             secs(RETRY_INITIAL_MS), secs(RETRY_MAX_MS), secs(ACK_DEADLINE_MS), attempts, secs(MAX_AGE_MS),
-            cloudevents, handshake,
+            cloudevents, handshake, secs(LEASE_MS),
         )
 
     def passes(self, event_id: int, data: Any) -> bool:
@@ -207,7 +217,11 @@ MAX_VALUES: dict[str, int] = {
     "tidings:subscription:ackDeadlineMs": 600_000,
     "tidings:subscription:maxAttempts": 100_000,
     "tidings:subscription:maxAgeMs": 7 * 86_400_000,
+    "tidings:subscription:leaseMs": 86_400_000,
     "tidings:publication:authorization:timeoutMs": 60_000,
+    # A day, as Stripe keeps its keys: beyond it a retry is a new event, and the key table
+    # would grow with a day's keyed events per day of window.
+    "tidings:publication:dedupWindowMs": 86_400_000,
 }
 MAX_SKIP = 2**32
 """The largest skip modulus and offset."""
@@ -255,6 +269,8 @@ class PublicationConfig:
     authorization_timeout_s: float = 5.0
     schema: int | str | None = None
     """The bound schema: an id, or a name meaning its latest Active version (docs/schemas.md)."""
+    dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_MS * 1_000_000
+    """How long an idempotency key is remembered (``tidings:publication:dedupWindowMs``)."""
 
     @classmethod
     def read(cls, pairs: Iterable[Sequence[Any]]) -> PublicationConfig:
@@ -274,6 +290,7 @@ class PublicationConfig:
             ):
                 raise ImproperConfig(AUTHORIZATION_URL, "expected Text: an absolute http(s) URL or xmpp:<JID>")
         timeout_ms = _positive_nat(c, AUTHORIZATION_TIMEOUT_MS)
+        window_ms = _positive_nat(c, DEDUP_WINDOW_MS)
         schema: int | str | None = None
         if SCHEMA in c:
             v = c[SCHEMA]
@@ -293,6 +310,7 @@ class PublicationConfig:
             url,
             5.0 if timeout_ms is None else timeout_ms / 1000,
             schema,
+            (DEFAULT_DEDUP_WINDOW_MS if window_ms is None else window_ms) * 1_000_000,
         )
 
     def publisher_refusal(self, principal: str) -> str | None:

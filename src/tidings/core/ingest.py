@@ -10,6 +10,11 @@ Each event gets two reserved headers appended after the publisher's own:
 (Blob, SHA-256 of the data's JSON wire bytes as stored). Publishers may not set
 ``icrc72:broadcaster:*``, ``icrc72:relay:*``, ``icrc72:eventData:*`` or
 ``icrc77:replay:*`` headers themselves.
+
+An event may carry an idempotency key (``Event.idempotencyKey``): its row then carries
+the key and a fingerprint of what the publisher sent (the data and the publisher's own
+headers, the trace context aside: a retry may run under another trace), so that the
+broker can tell a repeat of the event from another event reusing its key.
 """
 
 from __future__ import annotations
@@ -24,10 +29,23 @@ import msgspec
 from . import ids, tracecontext, values
 from .wire import Event, GenericError, ItemResult, err
 
-__all__ = ["ERR_RESERVED_HEADER", "RESERVED_PREFIXES", "Prepared", "PublishBatch", "add_trace_context", "prepare"]
+__all__ = [
+    "ERR_BAD_KEY", "ERR_KEY_REUSED", "ERR_MAYBE_STORED", "ERR_RESERVED_HEADER", "MAX_KEY_CHARS",
+    "RESERVED_PREFIXES", "Prepared", "PublishBatch",
+    "add_trace_context", "check_key", "key_from_header", "prepare",
+]
 
 ERR_RESERVED_HEADER: Final = 1
 """``GenericError.error_code``: a publisher tried to set a reserved header."""
+ERR_BAD_KEY: Final = 4
+"""``GenericError.error_code``: an idempotency key that is empty, too long or has control characters."""
+ERR_KEY_REUSED: Final = 5
+"""``GenericError.error_code``: the idempotency key names another event within the publication's window."""
+ERR_MAYBE_STORED: Final = 6
+"""``GenericError.error_code``: the outcome is unknown (the event may have been stored): retry
+with the same idempotency key, which is safe."""
+MAX_KEY_CHARS: Final = 255
+"""The longest idempotency key: a UUID is 36, a CloudEvents key (``core.cloudevents``) 46."""
 
 RESERVED_PREFIXES: Final = ("icrc72:broadcaster:", "icrc72:relay:", "icrc72:eventData:", "icrc77:replay:")
 
@@ -42,6 +60,10 @@ class Prepared(msgspec.Struct, array_like=True, frozen=True):
     namespace: str
     data: bytes
     headers: bytes
+    key: str | None = None
+    """The publisher's idempotency key, if it gave one."""
+    fingerprint: bytes = b""
+    """With a key: SHA-256 of the data and the publisher's headers (trace context aside)."""
 
 
 class PublishBatch(msgspec.Struct, array_like=True, frozen=True):
@@ -61,6 +83,40 @@ def check_values(e: Event, where: str) -> None:
     if e.headers:
         for key, v in e.headers:
             values.check(v, f"{where}.headers.{key}")
+
+
+def check_key(key: str) -> str | None:
+    """Why ``key`` is not a valid idempotency key, or None."""
+    if not 1 <= len(key) <= MAX_KEY_CHARS:
+        return f"an idempotency key has 1 to {MAX_KEY_CHARS} characters"
+    if not key.isprintable():
+        return "an idempotency key has no control characters"
+    return None
+
+
+_TRACE_HEADERS: Final = (tracecontext.TRACEPARENT, tracecontext.TRACESTATE)
+
+
+def _fingerprint(digest: bytes, headers: list[tuple[str, object]] | None) -> bytes:
+    # Headers are a map (ICRC-16): a retry that sends them in another order (a CloudEvent
+    # sent again in the other HTTP mode, say) is the same event, so they are fingerprinted
+    # in name order; the trace context is the try's, not the event's.
+    own = sorted(((h[0], _encode(h[1])) for h in headers if h[0] not in _TRACE_HEADERS), key=lambda p: p[0]) \
+        if headers else []
+    return hashlib.sha256(digest + _encode(own)).digest()
+
+
+def key_from_header(events: Sequence[Event], header: str) -> str | None:
+    """Give the one event of a request its ``Idempotency-Key`` HTTP header as its key
+    (IETF draft "The Idempotency-Key HTTP Header Field"); why not, or None. A request of
+    several events keys each in its body: one header cannot name several events."""
+    if len(events) != 1:
+        return "the Idempotency-Key header keys a request of one event: give each event its idempotencyKey"
+    e = events[0]
+    if e.idempotencyKey is not None and e.idempotencyKey != header:
+        return "the Idempotency-Key header and the event's idempotencyKey differ"
+    e.idempotencyKey = header
+    return None
 
 
 def add_trace_context(events: Sequence[Event], traceparent: str | None, tracestate: str | None) -> None:
@@ -112,9 +168,19 @@ def prepare(
                     ERR_RESERVED_HEADER, f"header {reserved!r} is reserved for the broadcaster"
                 )))
                 continue
+        key = e.idempotencyKey
+        if key is not None:
+            bad = check_key(key)
+            if bad is not None:
+                refused[i] = (e.namespace, err("GenericError", GenericError(ERR_BAD_KEY, bad)))
+                continue
         data = _encode(e.data)
+        digest = sha256(data).digest()
         # The reserved pairs are spliced in as bytes: this runs for every event.
-        stamp = received + b64(sha256(data).digest()) + b'"}]]'
+        stamp = received + b64(digest) + b'"}]]'
         headers = b"[" + _encode(e.headers)[1:-1] + b"," + stamp if e.headers else b"[" + stamp
-        rows.append(Prepared(i, e.namespace, data, headers))
+        if key is None:
+            rows.append(Prepared(i, e.namespace, data, headers))
+        else:
+            rows.append(Prepared(i, e.namespace, data, headers, key, _fingerprint(digest, e.headers)))
     return rows, refused

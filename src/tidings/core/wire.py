@@ -70,6 +70,10 @@ class Event(Struct, kw_only=True, omit_defaults=True):
     id: int | str | None = None
     timestamp: int | None = None
     headers: ICRC16Map | None = None
+    idempotencyKey: str | None = None
+    """The publisher's key for this event (docs/wire-format.md, "Idempotency keys"): a
+    repeat of it within the publication's deduplication window stores nothing and is
+    answered with the first event's id."""
 
 
 class EventRelay(Struct, kw_only=True, omit_defaults=True):
@@ -127,10 +131,12 @@ class Err(OneOf):
 
 
 class ItemResult(Struct, omit_defaults=True):
-    """``{"Ok": value}`` or ``{"Err": {...}}``."""
+    """``{"Ok": value}`` or ``{"Err": {...}}``; a publish answered from its idempotency
+    key (nothing stored this time) also carries ``"repeat": true``."""
 
     Ok: Any = UNSET
     Err: Err | UnsetType = UNSET
+    repeat: bool | UnsetType = UNSET
 
 
 class NotificationResult(Struct, omit_defaults=True):
@@ -322,6 +328,15 @@ class PendingAuthorization(Struct, kw_only=True):
 class Whoami(Struct):
     name: str
     admin: bool
+
+
+class PrincipalInfo(Struct, kw_only=True):
+    """A principal as ``tidings_get_principals`` lists it (admins only): never a token."""
+
+    name: str
+    admin: bool
+    createdAt: int
+    """UTC nanoseconds."""
 
 
 def ok(value: Any = None) -> ItemResult:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -27,13 +28,14 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from ..bodies import read_body
+from ..bodies import declared_length, read_body
 from ..core import cloudevents, ingest, values
+from ..core.admission import Admission
 from ..core.undecodable import UNDECODABLE
 from ..core.wire import Event, ItemResult
 from ..errors import PayloadTooLarge
 
-__all__ = ["FrontConfig", "front_app"]
+__all__ = ["BROKER_KEEPALIVE_S", "POOL_KEEPALIVE_S", "FrontConfig", "front_app"]
 
 log = logging.getLogger("tidings.front")
 
@@ -49,6 +51,20 @@ _decode_events = msgspec.json.Decoder(list[Event]).decode
 _encode_batch = msgspec.msgpack.Encoder().encode
 _decode_results = msgspec.json.Decoder(list[ItemResult | None]).decode
 
+BROKER_KEEPALIVE_S = 10.0
+"""How long the broker's private server keeps an idle connection from a front open."""
+POOL_KEEPALIVE_S = 4.0
+"""How long a front keeps an idle pooled connection to the broker: well before the broker
+would close it, so a request never races the broker's close of the connection it takes
+(the usual 502/503 behind a proxy: REFERENCE.md §16)."""
+_RETRY_LOG_S = 60.0
+_REPORT_S = 1.0
+"""How often a front tells its broker what it refused and holds (``/metrics``)."""
+_UNREACHABLE = "broker_unreachable"
+"""Refusal reason: the broker did not take the request (``api._front_reports``)."""
+_encode_report = msgspec.json.Encoder().encode
+"""A retried request is logged at most once in this long (once per episode, with a count)."""
+
 
 @dataclass(frozen=True, slots=True)
 class FrontConfig:
@@ -63,64 +79,168 @@ class FrontConfig:
     log_level: str = "info"
     log_format: str = "text"
     """The broker's ``TIDINGS_LOG_LEVEL`` and ``TIDINGS_LOG_FORMAT`` (``tidings.logs``)."""
+    max_waiting_bytes: int = 32 * 1024 * 1024
+    max_waiting_requests: int = 1000
+    """``TIDINGS_MAX_WAITING_BYTES`` and ``_REQUESTS``: this front's own caps on the
+    publishes it has taken and the broker has not yet answered."""
 
 
 def _forwarded(headers: Any) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
 
 
+class _Retries:
+    """Requests sent again after the broker's side closed their connection before any
+    answer: said in the log once per episode, not once per request."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.logged_at: float | None = None
+
+    def note(self, why: BaseException) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if self.logged_at is None or now - self.logged_at > _RETRY_LOG_S:
+            log.warning("a request to the broker failed before any answer (%s: %s); sent once more on a new "
+                        "connection (%d so far; said again at most once a minute)", type(why).__name__, why,
+                        self.count)
+            self.logged_at = now
+
+
+class _Answer:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+
 def front_app(config: FrontConfig) -> Starlette:
     session: aiohttp.ClientSession | None = None
+    admission = Admission(config.max_waiting_bytes, config.max_waiting_requests)
+    retries = _Retries()
+
+    def unreachable(message: str) -> Response:
+        """503: the broker did not take the request (counted with this front's refusals)."""
+        admission.count(_UNREACHABLE)
+        return _error(503, "unavailable", message)
+
+    async def report() -> None:
+        """Tell the broker, every second, what this front refused and holds itself: its
+        ``/metrics`` is where an operator looks (``api._front_reports``)."""
+        me = os.getpid()
+        while True:
+            await asyncio.sleep(_REPORT_S)
+            body = _encode_report({"pid": me, "refused": dict(admission.refused), "retried": retries.count,
+                                   "waiting_requests": admission.waiting_requests,
+                                   "waiting_bytes": admission.waiting_bytes})
+            try:
+                # Bounded: a broker stopped (SIGSTOP) holds the report, not the loop, for long.
+                async with upstream().post("http://broker/_internal/front-stats", data=body,
+                                           headers={_FRONT_HEADER: config.secret},
+                                           timeout=aiohttp.ClientTimeout(total=_REPORT_S * 5)) as resp:
+                    await resp.read()
+            except (aiohttp.ClientError, OSError, TimeoutError) as e:  # the next report tells
+                log.debug("reporting to the broker failed: %s", e)
 
     def upstream() -> aiohttp.ClientSession:
         nonlocal session
         if session is None:
             session = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=config.uds, limit=0),
+                connector=aiohttp.UnixConnector(path=config.uds, limit=0, keepalive_timeout=POOL_KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                 auto_decompress=False,
             )
         return session
 
-    async def relay(resp: aiohttp.ClientResponse) -> Response:
-        body = await resp.read()
+    async def post(url: str, data: bytes, headers: dict[str, str]) -> _Answer:
+        """The broker's whole answer to a POST. A request that failed before any answer
+        came, on a connection the broker closed as idle (or could not be made), is sent
+        once more: the broker never read it (with idempotency keys a repeat is harmless
+        in any case)."""
+        for attempt in (0, 1):
+            try:
+                async with upstream().post(url, data=data, headers=headers) as resp:
+                    return _Answer(resp.status, resp.headers, await resp.read())
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as e:
+                if attempt:
+                    raise
+                retries.note(e)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def relay(resp: _Answer) -> Response:
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP | {"content-length"}}
-        return Response(body, status_code=resp.status, headers=headers)
+        return Response(resp.body, status_code=resp.status, headers=headers)
+
+    def admit(request: Request) -> tuple[int, Response | None]:
+        """Take a publish under this front's caps before its body is read: its bytes, or
+        the refusal (503 ``overloaded``, ``Retry-After``)."""
+        declared = declared_length(request)
+        reason = admission.take(declared)
+        if reason is None:
+            return declared, None
+        cap = (f"{admission.max_bytes} bytes (TIDINGS_MAX_WAITING_BYTES)" if reason == "bytes"
+               else f"{admission.max_requests} requests (TIDINGS_MAX_WAITING_REQUESTS)")
+        return 0, _error(503, "overloaded", f"too much is waiting for the store ({cap}); nothing was stored, "
+                         "retry later")
+
+    class _Grown(Exception):
+        pass
+
+    def growing(taken: list[int]) -> Any:
+        def on_size(n: int) -> None:
+            if n > taken[0]:
+                reason = admission.grow(taken[0], n)
+                taken[0] = n
+                if reason is not None:
+                    raise _Grown(reason)
+        return on_size
 
     async def refuse(request: Request, status: int, code: str, message: str) -> Response:
         # The broker says whether the caller is known first (a stranger hears 401).
-        async with upstream().post(
-            "http://broker/_internal/auth",
-            headers={"authorization": request.headers.get("authorization", ""), _FRONT_HEADER: config.secret},
-        ) as resp:
-            if resp.status != 200:
-                return await relay(resp)
+        try:
+            resp = await post(
+                "http://broker/_internal/auth", b"",
+                {"authorization": request.headers.get("authorization", ""), _FRONT_HEADER: config.secret},
+            )
+        except aiohttp.ClientError:
+            return unreachable("the broker is not reachable; retry shortly")
+        if resp.status != 200:
+            return await relay(resp)
         return _error(status, code, message)
 
     async def publish(request: Request) -> Response:
+        taken, refusal = admit(request)
+        if refusal is not None:
+            return refusal
+        held = [taken]
         try:
-            body = await read_body(request, config.max_body_bytes)
+            return await _publish(request, held)
+        finally:
+            admission.give_back(held[0])
+
+    async def _publish(request: Request, held: list[int]) -> Response:
+        try:
+            body = await read_body(request, config.max_body_bytes, growing(held))
         except PayloadTooLarge as e:
             return await refuse(request, e.status, e.code, e.message)
+        except _Grown:
+            return _error(503, "overloaded", "too much is waiting for the store; nothing was stored, retry later")
         except ClientDisconnect:
             return Response(status_code=400)
         batch = _prepare(body, config.max_batch_items, request.headers.get("traceparent"),
-                         request.headers.get("tracestate"))
+                         request.headers.get("tracestate"), request.headers.get("idempotency-key"))
         try:
             if batch is None:  # not a plain good batch: the broker gives the answer it always gives
-                async with upstream().post(
-                    "http://broker/v1/icrc72_publish", data=body, headers=_forwarded(request.headers)
-                ) as resp:
-                    return await relay(resp)
-            async with upstream().post(
-                "http://broker/_internal/publish", data=_encode_batch(batch),
-                headers={"authorization": request.headers.get("authorization", ""),
-                         "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
-            ) as resp:
-                return await relay(resp)
+                return await relay(await post("http://broker/v1/icrc72_publish", body, _forwarded(request.headers)))
+            return await relay(await post(
+                "http://broker/_internal/publish", _encode_batch(batch),
+                {"authorization": request.headers.get("authorization", ""),
+                 "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
+            ))
         except aiohttp.ClientError:
             # Nothing was acknowledged: the events may or may not be stored (ids tell).
-            return _error(503, "unavailable", "the broker is not reachable; retry shortly")
+            return unreachable("the broker is not reachable; the events may have been stored: "
+                          "retry with the same key")
 
     async def proxy(request: Request) -> Response:
         # The raw path, still percent-encoded: a Confluent subject may hold "/" sent as %2F.
@@ -134,7 +254,7 @@ def front_app(config: FrontConfig) -> Starlette:
                 headers=_forwarded(request.headers), allow_redirects=False,
             )
         except aiohttp.ClientError:
-            return _error(503, "unavailable", "the broker is not reachable; retry shortly")
+            return unreachable("the broker is not reachable; retry shortly")
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP}
         if resp.content_length is not None or request.method == "HEAD":
             try:
@@ -177,14 +297,24 @@ def front_app(config: FrontConfig) -> Starlette:
         await _pump(ws, up)
 
     async def publish_cloudevents(request: Request) -> Response:
+        taken, refusal = admit(request)
+        if refusal is not None:
+            return refusal
+        held = [taken]
+        try:
+            return await _publish_cloudevents(request, held)
+        finally:
+            admission.give_back(held[0])
+
+    async def _publish_cloudevents(request: Request, held: list[int]) -> Response:
         # Taken here rather than passed through: the attributes' header bytes reach the
         # check as they came (a proxy would re-encode them), and parsing spreads over cores.
         content_type = request.headers.get("content-type")
         try:
-            body = await read_body(request, config.max_body_bytes)
+            body = await read_body(request, config.max_body_bytes, growing(held))
             events = cloudevents.from_http(
                 request.path_params["namespace"], content_type, request.headers.raw, body,
-                max_events=config.max_batch_items,
+                max_events=config.max_batch_items, key=request.headers.get("idempotency-key"),
             )
             now = time.time_ns()
             rows, refused = ingest.prepare(events, now)
@@ -194,36 +324,45 @@ def front_app(config: FrontConfig) -> Starlette:
             return await refuse(request, e.status, "invalid_cloudevent", str(e))
         except values.InvalidValue as e:
             return await refuse(request, 400, "invalid_value", str(e))
+        except _Grown:
+            return _error(503, "overloaded", "too much is waiting for the store; nothing was stored, retry later")
         except ClientDisconnect:
             return Response(status_code=400)
         batch = ingest.PublishBatch(len(events), now, rows, [(i, ns, r) for i, (ns, r) in refused.items()])
         try:
-            async with upstream().post(
-                "http://broker/_internal/publish", data=_encode_batch(batch),
-                headers={"authorization": request.headers.get("authorization", ""),
-                         "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
-            ) as resp:
-                if resp.status != 200:
-                    return await relay(resp)
-                answer = await resp.read()
-                warning = resp.headers.get("warning")
+            resp = await post(
+                "http://broker/_internal/publish", _encode_batch(batch),
+                {"authorization": request.headers.get("authorization", ""),
+                 "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
+            )
         except aiohttp.ClientError:
-            return _error(503, "unavailable", "the broker is not reachable; retry shortly")
+            return unreachable("the broker is not reachable; the events may have been stored: "
+                          "retry with the same key")
+        if resp.status != 200:
+            return await relay(resp)
+        answer = resp.body
+        warning = resp.headers.get("warning")
         try:
             results = _decode_results(answer)
         except (*UNDECODABLE, UnicodeDecodeError):  # not the broker's usual answer: relayed as it came
             results = []
         status = cloudevents.answer_status(results, cloudevents.media_type(content_type) == cloudevents.BATCH)
         headers = {"Warning": warning} if warning else {}
-        if status == 429:
+        if status in (429, 503):
             headers["Retry-After"] = "1"
         return Response(answer, status_code=status, media_type="application/json", headers=headers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        if session is not None:
-            await session.close()
+        reporting = asyncio.create_task(report(), name="tidings-front-report")
+        try:
+            yield
+        finally:
+            reporting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporting
+            if session is not None:
+                await session.close()
 
     async def wrong_verb(request: Request, exc: Exception) -> Response:
         if request.method != "CONNECT":
@@ -257,11 +396,14 @@ def front_app(config: FrontConfig) -> Starlette:
 
 
 def _prepare(
-    body: bytes, max_items: int, traceparent: str | None = None, tracestate: str | None = None
+    body: bytes, max_items: int, traceparent: str | None = None, tracestate: str | None = None,
+    key: str | None = None,
 ) -> ingest.PublishBatch | None:
     """The batch for the broker, or None when the body is anything but a good batch
-    (malformed, too many events, a value that is not ICRC-16). The request's trace
-    context goes to the events without one (``ingest.add_trace_context``)."""
+    (malformed, too many events, a value that is not ICRC-16, an ``Idempotency-Key``
+    header on several events). The request's trace context goes to the events without
+    one (``ingest.add_trace_context``); its ``Idempotency-Key`` to its one event. Each
+    event's idempotency key travels in its row (``ingest.Prepared.key``)."""
     try:
         events = _decode_events(body)
     except (*UNDECODABLE, UnicodeDecodeError):
@@ -270,6 +412,8 @@ def _prepare(
         return None
     if traceparent is not None:
         ingest.add_trace_context(events, traceparent, tracestate)
+    if key is not None and ingest.key_from_header(events, key) is not None:
+        return None
     now = time.time_ns()
     try:
         rows, refused = ingest.prepare(events, now)
@@ -279,8 +423,9 @@ def _prepare(
 
 
 def _error(status: int, code: str, message: str) -> Response:
+    # Every 503 a front gives says when to try again (a load balancer or client backs off).
     return Response(msgspec.json.encode({"error": {"code": code, "message": message}}), status_code=status,
-                    media_type="application/json")
+                    media_type="application/json", headers={"Retry-After": "1"} if status == 503 else None)
 
 
 async def _pump(ws: WebSocket, up: ClientConnection) -> None:

@@ -19,6 +19,7 @@ Spark's own key, as it does for the files it writes.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -126,16 +127,21 @@ def archive_table(events: pa.Table) -> tuple[pa.Table, pa.Array]:
 
 
 def write_file(table: pa.Table, path: Path) -> None:
-    """One archive file, with the footer Spark reads the VARIANT column's type from."""
+    """One archive file, with the footer Spark reads the VARIANT column's type from.
+
+    Written under a temporary name (a dot first: no reader lists it) and renamed: a task
+    killed half way, and the attempt Spark runs after it, never leave half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     pq.write_table(
-        table.cast(_WITH_FOOTER), path, compression="zstd", row_group_size=256 * 1024,
+        table.cast(_WITH_FOOTER), tmp, compression="zstd", row_group_size=256 * 1024,
         # A dictionary pays only where values repeat, and statistics only where a reader
         # prunes with them (id, time, source); elsewhere both cost time and bytes
         # (a third of the write time, and a file a third larger:
         # docs/benchmarks/history/2026-11-25-pipeline-3-native-encoder.md).
         use_dictionary=_DICTIONARY, write_statistics=_STATISTICS,
     )
+    os.replace(tmp, path)
 
 
 def stage_chunk(location: str, namespace: str, lo: int, hi: int, staging: str, tag: str) -> tuple[int, int]:

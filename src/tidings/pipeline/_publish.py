@@ -5,7 +5,8 @@ call, on one kept-alive ``http.client`` connection (stdlib: nothing to pickle, n
 to start). How each answer is handled:
 
 * ``200``, item ``Ok``: published;
-* ``200``, item ``Busy``, ``GenericBatchError`` or ``null``: not stored, sent again after a back-off;
+* ``200``, item ``Busy``, ``GenericBatchError``, ``null`` or ``GenericError`` 6 (may have been
+  stored): sent again after a back-off, with the same idempotency keys;
 * ``200``, any other item ``Err``: refused (``Unauthorized``, a schema violation...);
 * ``404 namespace_not_found``: nothing applied; each namespace is sent on its own and the
   rows of an unknown one are refused;
@@ -14,8 +15,10 @@ to start). How each answer is handled:
 * ``401`` or ``403``: the token may not publish at all; the task fails at once;
 * ``5xx``, connection refused, reset or timed out: sent again after a back-off, then the task fails.
 
-A call that failed in transit may have been stored before the answer was lost, so
-sending it again may publish its events twice: the sink is at-least-once (docs/pipeline.md).
+A call that failed in transit may have been stored before the answer was lost; each
+event carries an idempotency key made from where its row is (``sink.row_key``), so the
+call sent again stores nothing twice and is answered with the ids of the first
+(docs/pipeline.md, "Exactly once").
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import UNSET, structs
 
+from ..core.ingest import ERR_MAYBE_STORED
 from ..core.undecodable import UNDECODABLE
-from ..core.wire import Event, ItemResult
+from ..core.wire import Event, GenericError, ItemResult
 from .errors import PipelineError
 
 __all__ = ["Backoff", "BrokerPublisher", "Refusal", "Tally"]
@@ -195,7 +199,8 @@ class BrokerPublisher:
                 continue
             code = r.Err.code
             detail = structs.asdict(r.Err)[code]
-            if code in _RETRYABLE_ITEMS:
+            maybe = isinstance(detail, GenericError) and detail.error_code == ERR_MAYBE_STORED
+            if code in _RETRYABLE_ITEMS or maybe:
                 again.append((row, event))
                 why = why or f"{code}: {detail}"
                 continue

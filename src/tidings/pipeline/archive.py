@@ -7,8 +7,10 @@ A run, per namespace, with ``hwm`` its high-water mark in the manifest (docs/pip
    the threshold;
 3. worker processes read those ranges from the hot log (SQLite or PostgreSQL,
    :mod:`tidings.pipeline._hotlog`) into Arrow tables, in chunks of
-   ``chunk_size`` ids, and write typed Parquet into staging, partitioned by namespace
-   and date (:mod:`tidings.pipeline._arrow`; no Spark: it would add nothing but its start);
+   ``chunk_size`` ids, and write typed Parquet into this run's staging folder,
+   partitioned by namespace and date (:mod:`tidings.pipeline._arrow`); or, given a
+   SparkSession, Spark tasks do the same chunks on executors
+   (:mod:`tidings.pipeline._spark_stage`; same files, same names);
 4. each staged file is fsynced and renamed to its place, named after the run's range;
 5. the manifest, with ``hwm = X``, is replaced atomically: from here on the events are archived;
 6. only then the hot log is trimmed up to ``X`` (the store's rules: rows still owed to
@@ -27,6 +29,7 @@ partition goes once the whole day is older than now minus the namespace's ``rete
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import shutil
@@ -37,7 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from . import _arrow, layout
 from ._backend import hot_log
@@ -77,7 +80,10 @@ class ArchiveRun:
     """UTC ns: events stamped earlier were eligible."""
     namespaces: list[ArchivedNamespace] = field(default_factory=list)
     stage_s: float = 0.0
-    """Seconds spent reading the hot log and writing the staged Parquet (the worker processes)."""
+    """Seconds spent reading the hot log and writing the staged Parquet (the worker processes,
+    or the Spark job: its executors' allocation included, the session's start not)."""
+    spark_s: float = 0.0
+    """Seconds starting the SparkSession (0 without ``spark``)."""
     trim_s: float = 0.0
     """Seconds spent trimming the hot log (and giving its free pages back)."""
     store_bytes: tuple[int, int] | None = None
@@ -116,6 +122,7 @@ def archive(
     workers: int | None = None,
     chunk_size: int = CHUNK_SIZE,
     progress: Progress = _quiet,
+    spark: Callable[[], Any] | None = None,
 ) -> ArchiveRun:
     """Archive the events older than ``older_than_s`` seconds; see the module docstring.
 
@@ -123,6 +130,9 @@ def archive(
     :class:`~tidings.pipeline._hotlog.HotLog`). ``workers`` processes (default: one per
     core) stage chunks of ``chunk_size`` ids.
     With ``trim=False`` the hot log is left as it is (the next run with trimming catches up).
+    ``spark`` (a function giving a SparkSession, called only when there is something to
+    archive) stages the chunks as Spark tasks instead of worker processes; the hot log
+    and the archive must then be at the same addresses on the executors.
     Raises :class:`~tidings.pipeline.errors.PipelineError` ``archive_busy`` if another run holds the archive.
     """
     started = time.monotonic()
@@ -144,12 +154,29 @@ def archive(
                     plan.append(IdRange(ns, hwm + 1, upto))
             counts = {r.namespace: conn.count_range(r.namespace, r.lo, r.hi) for r in plan}
         progress(f"archiving {sum(counts.values())} events of {len(plan)} namespaces (before {before})")
-        stage_s = trim_s = 0.0
+        stage_s = trim_s = spark_s = 0.0
         files: dict[str, int] = {}
         if plan:
-            staging = root / layout.META / "staging"
+            # A folder of this run's own: a task of a killed run still writing cannot mix in.
+            staging = root / layout.META / "staging" / f"run-{now}-{os.getpid()}"
+            chunks = _chunks(log.location, plan, staging, chunk_size)
+            session = None
+            if spark is not None:
+                t = time.monotonic()
+                session = spark()
+                spark_s = time.monotonic() - t
             t = time.monotonic()
-            _stage(log.location, plan, staging, chunk_size, workers)
+            try:
+                if session is not None:
+                    from ._spark_stage import stage_on_spark
+
+                    progress(f"staging {len(chunks)} chunks as Spark tasks")
+                    stage_on_spark(session, chunks)
+                else:
+                    _stage(chunks, sum(counts.values()), workers)
+            except BaseException:
+                shutil.rmtree(root / layout.META / "staging", ignore_errors=True)
+                raise
             stage_s = time.monotonic() - t
             progress(f"staged {fmt_count(sum(counts.values()))} events as Parquet in {stage_s:.1f} s")
             _crash_point("staged")
@@ -158,7 +185,7 @@ def archive(
                 manifest.namespaces[r.namespace] = NamespaceState(hwm=r.hi, archived_at=now)
             manifest.save(root)
             _crash_point("durable")
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(root / layout.META / "staging", ignore_errors=True)
         trimmed: dict[str, int] = {}
         reclaimed: tuple[int, int] | None = None
         t = time.monotonic()
@@ -187,7 +214,7 @@ def archive(
         for r in plan
     ]
     return ArchiveRun(
-        before=before, namespaces=done, stage_s=stage_s, trim_s=trim_s, store_bytes=reclaimed,
+        before=before, namespaces=done, stage_s=stage_s, spark_s=spark_s, trim_s=trim_s, store_bytes=reclaimed,
         total_s=time.monotonic() - started,
     )
 
@@ -205,24 +232,51 @@ def _clean(root: Path, manifest: Manifest, progress: Progress) -> None:
                     f.unlink()
 
 
-def _stage(location: str, plan: list[IdRange], staging: Path, chunk_size: int, workers: int | None) -> None:
-    """Write the planned ranges into ``staging``, chunk by chunk, in worker processes."""
-    chunks = [
+Chunk = tuple[str, str, int, int, str, str]
+"""``stage_chunk``'s arguments: location, namespace, lo, hi, staging folder, file tag."""
+
+
+def _chunks(location: str, plan: list[IdRange], staging: Path, chunk_size: int) -> list[Chunk]:
+    """The staging tasks: ``stage_chunk``'s arguments, ``chunk_size`` ids each."""
+    return [
         (location, r.namespace, lo, min(r.hi, lo + chunk_size - 1), str(staging), f"{lo:020d}")
         for r in plan
         for lo in range(r.lo, r.hi + 1, chunk_size)
     ]
+
+
+def _stage(chunks: list[Chunk], events: int, workers: int | None) -> None:
+    """Write the chunks into staging, in worker processes."""
     n = min(len(chunks), max(1, workers or os.cpu_count() or 1))
-    if workers is None and sum(r.hi - r.lo + 1 for r in plan) < SMALL_RUN:
+    if workers is None and events < SMALL_RUN:
         n = 1  # starting worker processes would cost more than they save
     if n == 1:
         for c in chunks:
             _arrow.stage_chunk(*c)
         return
     # spawn: the caller may hold threads (a Spark gateway, an event loop) a fork would copy half-way.
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_parent,
+                             initargs=(os.getpid(), os.environ.get(CRASH_ENV) == "staging")) as pool:
         for f in [pool.submit(_arrow.stage_chunk, *c) for c in chunks]:
             f.result()
+
+
+PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with_parent(parent: int, crash: bool = False) -> None:
+    """A worker's initializer: the kernel kills it when the job's process dies (SIGKILL
+    included), so no worker outlives a killed job; and with them gone, the pipe that keeps
+    multiprocessing's resource tracker alive closes, and it exits too."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to ask for
+        pass
+    if os.getppid() != parent:  # the job died before the request was made
+        os._exit(1)
+    if crash:  # the test hook: the job is killed while its workers stage
+        os.kill(parent, signal.SIGKILL)
 
 
 def _publish(root: Path, staging: Path, plan: list[IdRange], progress: Progress) -> dict[str, int]:

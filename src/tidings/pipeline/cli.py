@@ -4,7 +4,7 @@
 
     tidings pipeline archive [--data-dir D] [--archive-dir A] [--older-than 30d] [--namespace NS ...]
                              [--no-trim] [--no-retention] [--workers N] [--chunk-size N]
-                             [--keep-deliveries 30d]
+                             [--keep-deliveries 30d] [--master URL]
     tidings pipeline expire  [--data-dir D] [--archive-dir A] [--keep-deliveries 30d]
     tidings pipeline compact [--archive-dir A] [--min-files 2]
     tidings pipeline vacuum  [--data-dir D]
@@ -17,8 +17,9 @@ one, else ``TIDINGS_DATA_DIR``, else ``./var``); a PostgreSQL store's archive de
 to ``TIDINGS_ARCHIVE_DIR``, else ``<TIDINGS_DATA_DIR>/archive``, where its server's
 replays look. Addresses are printed without their password.
 
-``archive`` moves old events into the Parquet archive (worker processes and pyarrow,
-no Spark), trims the hot log and gives its free pages back, then applies the registry's
+``archive`` moves old events into the Parquet archive (worker processes and pyarrow;
+with ``--master``, Spark tasks on a cluster write the same files), trims the hot log and
+gives its free pages back, then applies the registry's
 retention to the archive and to the delivery records; ``expire`` only applies retention;
 ``compact`` merges small archive files; ``vacuum`` converts an older SQLite store to
 incremental vacuum and gives its free pages back, or runs ``VACUUM (ANALYZE)`` on the
@@ -36,8 +37,10 @@ runnable alone as ``python -m tidings.pipeline``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import re
 import sys
 import time
@@ -104,6 +107,8 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--no-trim", action="store_true", help="leave archived events in the hot log")
     a.add_argument("--no-retention", action="store_true", help="do not expire archive partitions")
     a.add_argument("--workers", type=int, help="worker processes that write Parquet (default: one per core)")
+    a.add_argument("--master", help="run the staging as a Spark job: spark://HOST:7077, local[N], yarn, k8s://..., "
+                                    "or Spark Connect sc://HOST:PORT (default: worker processes on this machine)")
     a.add_argument("--chunk-size", type=int, default=250_000, help="ids per worker task (default 250,000)")
     a.add_argument("--quiet", action="store_true", help="no progress on stderr")
     a.add_argument("--keep-deliveries", type=parse_duration, default=parse_duration(KEEP_DELIVERIES),
@@ -215,22 +220,58 @@ def _archive(args: argparse.Namespace, data_dir: Path | str, archive_dir: Path) 
         if not args.quiet:
             print(f"[{time.monotonic() - started:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
-    run = archive(
-        data_dir=data_dir, archive_dir=archive_dir, older_than_s=args.older_than, now_ns=now_ns,
-        namespaces=args.namespace, trim=not args.no_trim, workers=args.workers, chunk_size=args.chunk_size,
-        progress=progress,
-    )
+    master = getattr(args, "master", None)
+    sessions: list[Any] = []
+    if master is not None:
+        from ._backend import hot_log
+        from .session import reach_master, shown_master
+
+        hot_log(data_dir).check()  # no store: say so before Spark takes seconds to start
+        reach_master(master, _connect_timeout())  # before the plan: an unreachable master changes nothing
+
+        def spark() -> Any:
+            from .session import build
+
+            progress(f"starting Spark on {shown_master(master)}")
+            # Plain PySpark workers: the archive's tasks import tidings themselves, so an
+            # executor without it fails with a message that names it.
+            conf = {} if master.startswith("sc://") else {"spark.python.daemon.module": "pyspark.daemon"}
+            sessions.append(build(master, app_name="tidings-archive", conf=conf))
+            with contextlib.suppress(Exception):  # Spark Connect: the server's logs are its own
+                # A failed task is reported once, as one line (_spark_stage.explain), not as
+                # Spark's stack traces of every attempt.
+                sessions[-1].sparkContext.setLogLevel("OFF")
+            return sessions[-1]
+    try:
+        run = archive(
+            data_dir=data_dir, archive_dir=archive_dir, older_than_s=args.older_than, now_ns=now_ns,
+            namespaces=args.namespace, trim=not args.no_trim, workers=args.workers, chunk_size=args.chunk_size,
+            progress=progress, spark=spark if master is not None else None,
+        )
+    finally:
+        for session in sessions:
+            session.stop()
     gone = [] if args.no_retention else expire(data_dir=data_dir, archive_dir=archive_dir, now_ns=now_ns)
     trimmed = 0 if args.no_retention else _trim_deliveries(data_dir, args.keep_deliveries)
     rate = run.events / run.total_s if run.total_s else 0.0
     progress(f"archived {fmt_count(run.events)} events in {fmt_seconds(run.total_s)} ({fmt_rate(rate)})")
     _emit({
-        "before": run.before, "events": run.events, "stage_s": round(run.stage_s, 3), "trim_s": round(run.trim_s, 3),
+        "before": run.before, "events": run.events, "stage_s": round(run.stage_s, 3),
+        "spark_s": round(run.spark_s, 3), "trim_s": round(run.trim_s, 3),
         "total_s": round(run.total_s, 3), "namespaces": [dataclasses.asdict(n) for n in run.namespaces],
         "store_bytes": list(run.store_bytes) if run.store_bytes else None,
         "expired": [dataclasses.asdict(g) for g in gone], "deliveries_trimmed": trimmed,
     })
     return 0
+
+
+def _connect_timeout() -> float:
+    from ..core.addresses import CONNECT_TIMEOUT_ENV, connect_timeout_s
+
+    try:
+        return connect_timeout_s(os.environ)
+    except ValueError as e:
+        raise PipelineError(str(e), code="invalid_option", hint=f"set {CONNECT_TIMEOUT_ENV} to seconds") from None
 
 
 def _trim_deliveries(data_dir: Path | str, keep_s: float) -> int:

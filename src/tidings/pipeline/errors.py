@@ -17,7 +17,10 @@ class PipelineError(TidingsError):
     host, port, database, user or password), ``store_error`` (PostgreSQL refused a
     statement), ``driver_missing`` (a PostgreSQL address without the ADBC PostgreSQL
     driver), ``archive_busy`` (another archive job holds the
-    archive's lock), ``invalid_option`` (a data source option is malformed). Messages show
+    archive's lock), ``invalid_option`` (a data source option is malformed);
+    for ``archive --master``: ``master_unreachable`` (no standalone master answers),
+    ``executor_import`` (the executors cannot import tidings), ``archive_task_failed``
+    (any other failure of the staging job). Messages show
     a PostgreSQL address without its password.
 
     Writes (:mod:`tidings.pipeline.sink`; the message starts with the code, since Spark

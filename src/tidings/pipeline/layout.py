@@ -5,7 +5,7 @@
     <archive>/namespace=<ns>/date=<YYYY-MM-DD>/part-<lo>-<hi>-<k>.parquet
     <archive>/_tidings/manifest.json     {"version": 1, "namespaces": {ns: {"hwm": id, ...}}}
     <archive>/_tidings/lock              held (flock) by the one archive job running
-    <archive>/_tidings/staging/          Spark's output of the run in progress
+    <archive>/_tidings/staging/run-*/    the staged files of the run in progress
 
 ``<ns>`` is escaped as Spark escapes partition values, so Spark's partition discovery
 reads the namespace back. ``lo`` to ``hi`` is the id range the run archived for that

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from ..core.addresses import CONNECT_TIMEOUT_ENV, connect_timeout_s, redact_address, unreachable
 from .errors import PipelineError
 
-__all__ = ["build", "java_available", "shown_master"]
+__all__ = ["build", "java_available", "reach_master", "shown_master"]
 
 JAVA_HINT = (
     "Spark needs Java 17 or 21 to run locally and none was found (no `java` on PATH and no JAVA_HOME). "
@@ -81,6 +81,9 @@ def build(master: str | None = None, *, app_name: str = "tidings-pipeline", conf
         prepare(spark)
         return spark
     else:
+        if master is not None and master.startswith("spark://"):
+            # The standalone client retries a silent master for a minute before it gives up.
+            reach_master(master, _connect_timeout())
         if not java_available():
             raise PipelineError(JAVA_HINT, code="java_missing")
         # Python workers (the data source's planner among them, which reads only the
@@ -159,6 +162,31 @@ def _reach(master: str, wait: float) -> None:
         raise PipelineError(unreachable("Spark Connect", f"sc://{host}:{port}", wait, reason),
                             code="connect_unreachable",
                             hint="check --master and that the Spark Connect server runs") from None
+
+
+def reach_master(master: str, wait: float) -> None:
+    """Fail within ``wait`` seconds, naming the master and what to do, when no master of a
+    standalone URL (``spark://h1:7077[,h2:7077]``), or the Spark Connect server of an
+    ``sc://`` URL, takes a TCP connection. Other masters (``local``, ``yarn``...) pass."""
+    if master.startswith("sc://"):
+        _reach(master, wait)
+        return
+    if not master.startswith("spark://"):
+        return
+    reasons = []
+    for hostport in master.removeprefix("spark://").split(","):
+        host, _, port = hostport.rstrip("/").rpartition(":")
+        try:
+            socket.create_connection((host or hostport, int(port or 7077)), timeout=wait).close()
+            return
+        except ValueError:
+            raise PipelineError(f"--master {master!r} is not spark://HOST:PORT[,HOST:PORT]",
+                                code="invalid_option") from None
+        except OSError as e:
+            reasons.append("no answer in time" if isinstance(e, TimeoutError) else (e.strerror or str(e)))
+    raise PipelineError(unreachable("the Spark master", redact_address(master), wait, "; ".join(reasons)),
+                        code="master_unreachable",
+                        hint="check --master and that the master runs (sbin/start-master.sh, port 7077)")
 
 
 SESSION_WAITS = 3

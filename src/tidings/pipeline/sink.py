@@ -24,8 +24,14 @@ raises ``PipelineError`` ``write_refused`` naming how many rows were refused and
 first errors, unless ``onError`` is ``skip``. A token the broker refuses (401, 403)
 fails the task at once (``write_unauthorized``); a broker that stays unreachable or
 busy fails it after the retries (``broker_unavailable``, ``broker_busy``). Published
-events stay published: an event log has nothing to roll back. Delivery is at-least-once
-(docs/pipeline.md).
+events stay published: an event log has nothing to roll back.
+
+Each event's idempotency key is where its row is: the write (a stream's query id and
+micro-batch, or a batch write's id made on the driver), the partition and the row's
+index in it (:func:`row_key`). A call sent again, a task Spark runs again, a micro-batch
+run again after a restart: each publishes the same rows under the same keys, and the
+broker stores each once within the publication's deduplication window (docs/pipeline.md,
+"Exactly once").
 
 Lifecycle: the writers are made on the driver (options and schema checked there) and
 pickled to executors; they hold only plain values. ``write`` runs on executors, each
@@ -35,9 +41,10 @@ task with its own HTTP connection; ``commit`` and ``abort`` run on the driver.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
@@ -49,7 +56,7 @@ from ._publish import Refusal, Tally
 from ._rows import RowShape, shape_of
 from .errors import PipelineError
 
-__all__ = ["SinkOptions", "TaskReport", "TidingsStreamWriter", "TidingsWriter", "check_reports"]
+__all__ = ["SinkOptions", "TaskReport", "TidingsStreamWriter", "TidingsWriter", "check_reports", "row_key"]
 
 DEFAULT_BATCH_SIZE: Final = 500
 _ERRORS_SHOWN: Final = 5
@@ -69,6 +76,8 @@ class SinkOptions:
     """``onError=skip``: refused rows are logged, not a failure of the job."""
     max_retries: int = 5
     timeout_s: float = 30.0
+    write_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Made on the driver, the same in every task and task attempt of the write."""
 
     def __repr__(self) -> str:  # the token must never reach a log
         return f"SinkOptions(url={self.url!r}, token='***', batch_size={self.batch_size})"
@@ -109,6 +118,22 @@ class TaskReport(WriterCommitMessage):
     tally: Tally
 
 
+def row_key(write: str, partition: int, row: int) -> str:
+    """The idempotency key of a row: the same whichever attempt publishes it."""
+    return f"spark:{write}:{partition}:{row}"
+
+
+def _write_of(opts: SinkOptions, ctx: Any) -> str:
+    """What names the write across attempts: a stream's query id and micro-batch (the same
+    when a restart runs the micro-batch again from the checkpoint), else the write's id."""
+    if ctx is not None:
+        query = ctx.getLocalProperty("sql.streaming.queryId")
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        if query and batch is not None:
+            return f"{query}:{batch}"
+    return opts.write_id
+
+
 def publish_rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> TaskReport:
     """Executor side: publish every row of ``batches`` in order, ``batch_size`` events a call."""
     from pyspark import TaskContext
@@ -118,6 +143,7 @@ def publish_rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> TaskRe
 
     ctx = TaskContext.get()
     tally = Tally(ctx.partitionId() if ctx is not None else 0)
+    write = _write_of(opts, ctx)
     broker = BrokerPublisher(opts.url, opts.token, timeout_s=opts.timeout_s, backoff=Backoff(opts.max_retries))
     pending: list[tuple[int, Event]] = []
     try:
@@ -126,7 +152,9 @@ def publish_rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> TaskRe
                 index = tally.rows
                 tally.rows += 1
                 try:
-                    pending.append((index, to_event(row, opts.shape)))
+                    event = to_event(row, opts.shape)
+                    event.idempotencyKey = row_key(write, tally.partition, index)
+                    pending.append((index, event))
                 except RowRefused as e:
                     tally.refuse(index, row.get("namespace"), e.code, e.message)
                 if len(pending) >= opts.batch_size:

@@ -15,9 +15,9 @@ compatibility check). A subject's own mode wins over the global one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core import schemas as rules
 from ..core.wire_schemas import CompatibilityConfig, SchemaResult, schema_err, schema_ok
@@ -33,6 +33,8 @@ __all__ = ["MODES", "SubjectOps", "compat_level"]
 
 MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
 _READ_ONLY = ("READONLY", "READONLY_OVERRIDE")
+
+T = TypeVar("T")
 
 
 class SubjectOps:
@@ -52,6 +54,17 @@ class SubjectOps:
 
     def _change(self, caller: str, action: str, schema_id: int | None, detail: Any = "") -> SchemaChange:
         raise NotImplementedError  # SchemaRegistry's
+
+    async def _consistently(self, fn: Callable[[], Awaitable[T]]) -> T:
+        raise NotImplementedError  # SchemaRegistry's: a change on a copy brought up to the store
+
+    async def _save(
+        self, record: SchemaRecord | None, versions: Sequence[SchemaVersion], changes: Sequence[SchemaChange]
+    ) -> None:
+        raise NotImplementedError  # SchemaRegistry's: the store's, as a compare-and-set
+
+    async def _put_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+        raise NotImplementedError  # SchemaRegistry's: the store's, as a compare-and-set
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -140,6 +153,9 @@ class SubjectOps:
 
     async def set_mode(self, caller: PrincipalRecord, name: str | None, mode: str | None, *, force: bool) -> None:
         """Set (``mode`` None: remove) the mode of ``name`` or, for ``None``, the global one."""
+        await self._consistently(lambda: self._set_mode(caller, name, mode, force=force))
+
+    async def _set_mode(self, caller: PrincipalRecord, name: str | None, mode: str | None, *, force: bool) -> None:
         if not caller.admin:
             raise Forbidden("only an admin sets modes")
         if name is not None and not rules.valid_name(name):
@@ -148,7 +164,7 @@ class SubjectOps:
             raise BadRequest(f"{'subject ' + repr(name) if name else 'the registry'} has schemas: switching to "
                              "IMPORT needs force=true", code="invalid_state")
         key = "mode" if name is None else f"mode:{name}"
-        await self._store.put_schema_setting(key, mode, self._change(caller.name, "mode", None,
+        await self._put_setting(key, mode, self._change(caller.name, "mode", None,
                                                                      {"name": name, "mode": mode}))
         if mode is None:
             self._modes.pop(name or "", None)
@@ -157,6 +173,11 @@ class SubjectOps:
         self.generation += 1
 
     async def set_compatibility(
+        self, caller: PrincipalRecord, items: Sequence[CompatibilityConfig]
+    ) -> list[SchemaResult]:
+        return await self._consistently(lambda: self._set_compatibility(caller, items))
+
+    async def _set_compatibility(
         self, caller: PrincipalRecord, items: Sequence[CompatibilityConfig]
     ) -> list[SchemaResult]:
         if not caller.admin:  # admin-only: the whole call is refused (docs/rights.md)
@@ -171,7 +192,7 @@ class SubjectOps:
             except BadRequest as e:
                 out.append(schema_err("ImproperConfig", e.message))
                 continue
-            await self._store.put_schema_setting(
+            await self._put_setting(
                 "compatibility:" + c.name, mode, self._change(caller.name, "compatibility", None,
                                                           {"name": c.name, "compatibility": mode}),
             )
@@ -187,15 +208,21 @@ class SubjectOps:
 
     async def soft_delete(self, caller: PrincipalRecord, versions: Sequence[SchemaVersion]) -> None:
         """Soft-delete live ``versions``."""
+        await self._consistently(lambda: self._soft_delete(caller, versions))
+
+    async def _soft_delete(self, caller: PrincipalRecord, versions: Sequence[SchemaVersion]) -> None:
         now = self._clock()
-        for v in versions:
+        wanted = {(v.name, v.version) for v in versions}  # as stored now: they may have been read before
+        for v in [x for vs in self._versions.values() for x in vs if (x.name, x.version) in wanted]:
             soft = replace(v, soft_deleted_at=now)
-            await self._store.save_schema(None, [soft], [self._change(
+            await self._save(None, [soft], [self._change(
                 caller.name, "soft_delete_version", v.schema_id, {"name": v.name, "version": v.version})])
             self._versions[v.name] = [x for x in self._versions[v.name] if x.version != v.version]
             if not self._versions[v.name]:
                 del self._versions[v.name]
-            self._names_of[v.schema_id] = [x for x in self._names_of[v.schema_id] if x is not v]
+            self._names_of[v.schema_id] = [
+                x for x in self._names_of[v.schema_id] if (x.name, x.version) != (v.name, v.version)
+            ]
             self._soft[v.name].append(soft)
             self._soft[v.name].sort(key=lambda x: x.version)
             self._soft_of[v.schema_id].append(soft)
@@ -203,14 +230,18 @@ class SubjectOps:
 
     async def hard_delete(self, caller: PrincipalRecord, versions: Sequence[SchemaVersion]) -> None:
         """Permanently delete soft-deleted ``versions``, and each schema left without a version."""
+        await self._consistently(lambda: self._hard_delete(caller, versions))
+
+    async def _hard_delete(self, caller: PrincipalRecord, versions: Sequence[SchemaVersion]) -> None:
         now = self._clock()
-        for v in versions:
+        wanted = {(v.name, v.version) for v in versions}  # as stored now: they may have been read before
+        for v in [x for vs in self._soft.values() for x in vs if (x.name, x.version) in wanted]:
             others = [x for x in (*self._names_of.get(v.schema_id, ()), *self._soft_of.get(v.schema_id, ()))
                       if (x.name, x.version) != (v.name, v.version)]
             r = self.schemas[v.schema_id]
             if others or r.deleted_at is not None:
                 gone = replace(v, deleted_at=now)
-                await self._store.save_schema(None, [gone], [self._change(
+                await self._save(None, [gone], [self._change(
                     caller.name, "delete_version", v.schema_id, {"name": v.name, "version": v.version})])
                 self._forget(v)
             else:
@@ -232,10 +263,20 @@ class SubjectOps:
     async def drop_schema(self, caller: PrincipalRecord, r: SchemaRecord, versions: Sequence[SchemaVersion],
                           action: str) -> None:
         """Delete schema ``r`` and ``versions`` (all it has) for good."""
+        await self._consistently(lambda: self._drop_schema(caller, r.id, versions, action))
+
+    async def _drop_schema(self, caller: PrincipalRecord, schema_id: int, versions: Sequence[SchemaVersion],
+                           action: str) -> None:
+        r = self.schemas.get(schema_id)
+        if r is None or r.deleted_at is not None:
+            return
+        wanted = {(v.name, v.version) for v in versions}  # as stored now: they may have been read before
+        versions = [x for x in (*self._names_of.get(r.id, ()), *self._soft_of.get(r.id, ()))
+                    if (x.name, x.version) in wanted]
         now = self._clock()
         rec = replace(r, deleted_at=now)
         gone = [replace(v, deleted_at=now) for v in versions]
-        await self._store.save_schema(rec, gone, [self._change(caller.name, action, r.id)])
+        await self._save(rec, gone, [self._change(caller.name, action, r.id)])
         self.schemas[r.id] = rec
         self._by_canonical.pop((r.format, r.canonical), None)
         for v in versions:
@@ -247,11 +288,14 @@ class SubjectOps:
 
     async def forget_subject(self, caller: PrincipalRecord, name: str) -> None:
         """Drop the compatibility level and mode of a subject that has no version left."""
+        await self._consistently(lambda: self._forget_subject(caller, name))
+
+    async def _forget_subject(self, caller: PrincipalRecord, name: str) -> None:
         if self._versions.get(name) or self._soft.get(name) or not rules.valid_name(name):
             return
         for key, index in (("compatibility:", self._compat), ("mode:", self._modes)):
             if name in index:
-                await self._store.put_schema_setting(key + name, None, self._change(
+                await self._put_setting(key + name, None, self._change(
                     caller.name, key.rstrip(":"), None, {"name": name, key.rstrip(":"): None}))
                 del index[name]
         self.generation += 1

@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -36,13 +36,19 @@ from ..core.wire_schemas import (
     schema_ok,
 )
 from ..errors import BadRequest, Forbidden
-from ..store import PrincipalRecord, SchemaChange, SchemaRecord, SchemaVersion, Store
+from ..store import PrincipalRecord, SchemaChange, SchemaConflict, SchemaRecord, SchemaVersion, Store
 from ._reads import SchemaReads
 from ._subjects import SubjectOps, compat_level
 from .formats import MalformedSchema, Model, check_compatibility, json_canonical, parse_model
 from .references import Ref, identity, parse_with_references
 
 __all__ = ["SchemaRegistry"]
+
+T = TypeVar("T")
+
+_CAS_TRIES = 16
+"""Tries of a change before it gives up (each lost try means another broadcaster changed
+the registry meanwhile; the change is decided again on what it wrote)."""
 
 _LIMITS_KEY = "limits"
 _COMPAT_KEY = "compatibility:"
@@ -65,8 +71,17 @@ class SchemaRegistry(SubjectOps, SchemaReads):
         """``format`` asserted in every JSON Schema draft (``TIDINGS_SCHEMA_FORMAT_ASSERTION``)."""
         self._clock = clock
         self._lock = asyncio.Lock()
-        self.schemas: dict[int, SchemaRecord] = {}
+        self._holder: asyncio.Task[Any] | None = None
+        self._seq = -1
+        """The store's registry version (``SchemaStore.schema_seq``) this copy holds; -1: none."""
         self._models: dict[int, Model] = {}
+        self.limits = rules.DEFAULT_LIMITS
+        self.generation = 0
+        """Bumped on every change, so what is derived from the registry knows to refresh."""
+        self._clear()
+
+    def _clear(self) -> None:
+        self.schemas: dict[int, SchemaRecord] = {}
         self._by_canonical: dict[tuple[str, str], int] = {}
         self._versions: dict[str, list[SchemaVersion]] = defaultdict(list)
         self._deleted_versions: dict[str, list[int]] = defaultdict(list)
@@ -77,8 +92,6 @@ class SchemaRegistry(SubjectOps, SchemaReads):
         self._replaced_by: dict[int, list[int]] = defaultdict(list)
         self._compat: dict[str, str] = {}
         self.limits = rules.DEFAULT_LIMITS
-        self.generation = 0
-        """Bumped on every change, so what is derived from the registry knows to refresh."""
 
     def parse(self, fmt: str, text: str, refs: Sequence[Sequence[Any]] = ()) -> Model:
         """``parse_model`` with this registry's options and ``refs`` resolved (``references.py``);
@@ -88,7 +101,21 @@ class SchemaRegistry(SubjectOps, SchemaReads):
     # -- loading and indexes ------------------------------------------------------------
 
     async def load(self) -> None:
+        await self.refresh()
+
+    async def refresh(self) -> None:
+        """Bring this copy up to the store, if another broadcaster changed the registry
+        (one cheap read when it did not): asked before every read and change that
+        decides, and on signals and the heartbeat (docs/scaling.md, "Shared state")."""
+        async with self._held():
+            await self._refresh()
+
+    async def _refresh(self) -> None:
+        if await self._store.schema_seq() == self._seq:
+            return
         snap = await self._store.load_schemas()
+        old = self.schemas
+        self._clear()
         for r in snap.schemas:
             self._index(r)
         for v in snap.versions:
@@ -105,7 +132,57 @@ class SchemaRegistry(SubjectOps, SchemaReads):
                 self._compat[key[len(_COMPAT_KEY):]] = value
             elif key == _MODE_KEY or key.startswith(_MODE_KEY + ":"):
                 self._modes[key[len(_MODE_KEY) + 1:]] = value
+        # A parsed model is kept while its schema's text is the same (parsing is the cost).
+        for i in [i for i in self._models if i not in self.schemas or _text(self.schemas[i]) != _text(old[i])]:
+            del self._models[i]
+        self._seq = snap.seq
         self.generation += 1
+
+    @contextlib.asynccontextmanager
+    async def _held(self) -> Any:
+        """The registry's lock, taken again freely by the task holding it (a change that
+        calls another)."""
+        me = asyncio.current_task()
+        if self._holder is me and me is not None:
+            yield
+            return
+        async with self._lock:
+            self._holder = me
+            try:
+                yield
+            finally:
+                self._holder = None
+
+    async def _consistently(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run a change on a copy brought up to the store, again from there if another
+        broadcaster wrote first (each write is a compare-and-set on the registry's
+        version): decided on what is stored, never on a stale copy, so ids and version
+        numbers are given once cluster-wide and a duplicate is known through any member."""
+        async with self._held():
+            for _ in range(_CAS_TRIES):
+                await self._refresh()
+                try:
+                    return await fn()
+                except SchemaConflict:
+                    self._seq = -1
+            raise SchemaConflict("the schema registry kept changing through other broadcasters; try again")
+
+    # -- the store's writes, each a compare-and-set on the registry's version ------------
+
+    async def _create(self, rec: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange) -> SchemaRecord:
+        out = await self._store.create_schema(rec, versions, change, expect_seq=self._seq)
+        self._seq = change.seq
+        return out
+
+    async def _save(
+        self, record: SchemaRecord | None, versions: Sequence[SchemaVersion], changes: Sequence[SchemaChange]
+    ) -> None:
+        await self._store.save_schema(record, versions, changes, expect_seq=self._seq)
+        self._seq = max((c.seq for c in changes), default=self._seq)
+
+    async def _put_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+        await self._store.put_schema_setting(key, value, change, expect_seq=self._seq)
+        self._seq = change.seq
 
     def _index(self, r: SchemaRecord) -> None:
         if r.format == "JSON" and r.deleted_at is None and not r.references:
@@ -160,8 +237,9 @@ class SchemaRegistry(SubjectOps, SchemaReads):
     # -- registration -------------------------------------------------------------------
 
     async def register(self, caller: PrincipalRecord, items: Sequence[SchemaRegistration]) -> list[SchemaResult]:
-        async with self._lock:
-            out = [await self._register_one(caller, item) for item in items]
+        out = []
+        for item in items:
+            out.append(await self._consistently(lambda item=item: self._register_one(caller, item)))  # type: ignore[misc]
         self.generation += 1
         return out
 
@@ -171,8 +249,7 @@ class SchemaRegistry(SubjectOps, SchemaReads):
     ) -> SchemaResult:
         """One registration with the Confluent face's extras: references, and in IMPORT
         mode the id and version it is given."""
-        async with self._lock:
-            out = await self._register_one(caller, item, refs, forced_id, forced_version)
+        out = await self._consistently(lambda: self._register_one(caller, item, refs, forced_id, forced_version))
         self.generation += 1
         return out
 
@@ -235,7 +312,7 @@ class SchemaRegistry(SubjectOps, SchemaReads):
             version = forced_version or self._next_version(name)
             versions.append(SchemaVersion(name=name, version=version, schema_id=existing or 0, created_at=now))
         if existing is not None:  # a known model under a new name: only the version is new
-            await self._store.save_schema(None, versions, [
+            await self._save(None, versions, [
                 self._change(caller.name, "add_version", existing, {"name": name, "version": version})
             ])
             for v in versions:
@@ -247,7 +324,7 @@ class SchemaRegistry(SubjectOps, SchemaReads):
             created_by=caller.name, valid_from=now, references=[list(r) for r in refs],
         )
         detail = {"name": name, "version": version, "replaces": replaces, "format": fmt}
-        rec = await self._store.create_schema(rec, versions, self._change(caller.name, "register", None, detail))
+        rec = await self._create(rec, versions, self._change(caller.name, "register", None, detail))
         self._index(rec)
         self._models[rec.id] = model
         for v in versions:
@@ -308,75 +385,81 @@ class SchemaRegistry(SubjectOps, SchemaReads):
 
     async def update_state(self, caller: PrincipalRecord, items: Sequence[SchemaStateUpdate]) -> list[SchemaResult]:
         _admin_only(caller, "changes schema states")
-        out: list[SchemaResult] = []
-        for u in items:
-            r = self.live(u.id)
-            if r is None:
-                out.append(schema_err("NotFound", f"no schema {u.id}"))
-            else:
-                now = self._clock()
-                new = rules.Validity(
-                    rules.SchemaState(u.state), u.valid_from if u.valid_from is not None else now,
-                    u.valid_to if u.state == rules.SchemaState.Deprecated else None,
-                )
-                try:
-                    rules.check_transition(self.validity(r), new)
-                except rules.InvalidTransition as e:
-                    out.append(schema_err("InvalidState", str(e)))
-                    continue
-                rec = replace(r, state=str(new.state), valid_from=new.valid_from, valid_to=new.valid_to)
-                detail = {"state": rec.state, "valid_from": rec.valid_from, "valid_to": rec.valid_to, "was": r.state}
-                await self._store.save_schema(rec, [], [self._change(caller.name, "state", r.id, detail)])
-                self.schemas[r.id] = rec
-                out.append(schema_ok(True))
+        out = [await self._consistently(lambda u=u: self._update_state(caller, u)) for u in items]  # type: ignore[misc]
         self.generation += 1
         return out
 
+    async def _update_state(self, caller: PrincipalRecord, u: SchemaStateUpdate) -> SchemaResult:
+        r = self.live(u.id)
+        if r is None:
+            return schema_err("NotFound", f"no schema {u.id}")
+        now = self._clock()
+        new = rules.Validity(
+            rules.SchemaState(u.state), u.valid_from if u.valid_from is not None else now,
+            u.valid_to if u.state == rules.SchemaState.Deprecated else None,
+        )
+        try:
+            rules.check_transition(self.validity(r), new)
+        except rules.InvalidTransition as e:
+            return schema_err("InvalidState", str(e))
+        rec = replace(r, state=str(new.state), valid_from=new.valid_from, valid_to=new.valid_to)
+        detail = {"state": rec.state, "valid_from": rec.valid_from, "valid_to": rec.valid_to, "was": r.state}
+        await self._save(rec, [], [self._change(caller.name, "state", r.id, detail)])
+        self.schemas[r.id] = rec
+        return schema_ok(True)
+
     async def delete(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[SchemaResult]:
         _admin_only(caller, "deletes schemas")
-        out: list[SchemaResult] = []
-        for i in ids:
-            r = self.live(i)
-            if r is None:
-                out.append(schema_err("NotFound", f"no schema {i}"))
-            else:
-                await self.drop_schema(caller, r, [*self._names_of.get(i, ()), *self._soft_of.get(i, ())], "delete")
-                out.append(schema_ok(True))
+        out = [await self._consistently(lambda i=i: self._delete(caller, i)) for i in ids]  # type: ignore[misc]
         self.generation += 1
         return out
+
+    async def _delete(self, caller: PrincipalRecord, i: int) -> SchemaResult:
+        r = self.live(i)
+        if r is None:
+            return schema_err("NotFound", f"no schema {i}")
+        await self.drop_schema(caller, r, [*self._names_of.get(i, ()), *self._soft_of.get(i, ())], "delete")
+        return schema_ok(True)
 
     async def update_retention(
         self, caller: PrincipalRecord, items: Sequence[SchemaRetentionUpdate]
     ) -> list[SchemaResult]:
         _admin_only(caller, "changes retention")
-        out: list[SchemaResult] = []
-        for u in items:
-            r = self.live(u.id)
-            if r is None:
-                out.append(schema_err("NotFound", f"no schema {u.id}"))
-            elif u.retention_s is not None and u.retention_s < 0:
-                out.append(schema_err("ImproperConfig", "retention_s must not be negative"))
-            else:
-                rec = replace(r, retention_s=u.retention_s or None)
-                detail = {"retention_s": rec.retention_s, "was": r.retention_s}
-                await self._store.save_schema(rec, [], [self._change(caller.name, "retention", r.id, detail)])
-                self.schemas[r.id] = rec
-                out.append(schema_ok(True))
+        out = [await self._consistently(lambda u=u: self._update_retention(caller, u)) for u in items]  # type: ignore[misc]
         self.generation += 1
         return out
 
-    async def set_starting_position(self, schema_id: int, starting_at: int) -> None:
-        """The message store's own call after it trimmed events: not in the public API."""
-        r = self.live(schema_id)
-        if r is None or starting_at <= r.starting_at:
-            return
-        rec = replace(r, starting_at=starting_at)
-        await self._store.save_schema(rec, [], [self._change("store", "starting_position", r.id,
-                                                             {"starting_at": starting_at})])
+    async def _update_retention(self, caller: PrincipalRecord, u: SchemaRetentionUpdate) -> SchemaResult:
+        r = self.live(u.id)
+        if r is None:
+            return schema_err("NotFound", f"no schema {u.id}")
+        if u.retention_s is not None and u.retention_s < 0:
+            return schema_err("ImproperConfig", "retention_s must not be negative")
+        rec = replace(r, retention_s=u.retention_s or None)
+        detail = {"retention_s": rec.retention_s, "was": r.retention_s}
+        await self._save(rec, [], [self._change(caller.name, "retention", r.id, detail)])
         self.schemas[r.id] = rec
+        return schema_ok(True)
+
+    async def set_starting_position(self, schema_id: int, starting_at: int) -> None:
+        """The message store's own call after it trimmed events: not in the public API.
+        Written on the stored record as it is now, so a retention changed through
+        another broadcaster is never written back to its old value."""
+        async def change() -> None:
+            r = self.live(schema_id)
+            if r is None or starting_at <= r.starting_at:
+                return
+            rec = replace(r, starting_at=starting_at)
+            await self._save(rec, [], [self._change("store", "starting_position", r.id, {"starting_at": starting_at})])
+            self.schemas[r.id] = rec
+
+        await self._consistently(change)
 
     async def update_limits(self, caller: PrincipalRecord, u: SchemaLimitsUpdate) -> SchemaLimits:
         _admin_only(caller, "changes the registry's limits")
+        return await self._consistently(lambda: self._update_limits(caller, u))
+
+    async def _update_limits(self, caller: PrincipalRecord, u: SchemaLimitsUpdate) -> SchemaLimits:
         changes = {f: getattr(u, f) for f in u.__struct_fields__ if getattr(u, f) is not msgspec.UNSET}
         if "registrars" in changes:
             changes["registrars"] = tuple(changes["registrars"])
@@ -388,10 +471,14 @@ class SchemaRegistry(SubjectOps, SchemaReads):
             raise BadRequest(problem, code="invalid_argument")
         value = {f: getattr(new, f) for f in new.__dataclass_fields__}
         value["registrars"] = list(new.registrars)
-        await self._store.put_schema_setting(_LIMITS_KEY, value, self._change(caller.name, "limits", None, value))
+        await self._put_setting(_LIMITS_KEY, value, self._change(caller.name, "limits", None, value))
         self.limits = new
         self.generation += 1
         return self.limits_info()
+
+
+def _text(r: SchemaRecord) -> tuple[str, str, Any]:
+    return r.format, r.model, r.references
 
 
 def _admin_only(caller: PrincipalRecord, what: str) -> None:

@@ -58,6 +58,8 @@ class Retention:
 
     async def apply(self) -> RetentionRun:
         async with self._lock:
+            # Retention as stored: one changed through another broadcaster is the one applied.
+            await self._registry.refresh()
             now = self._clock()
             done: list[TrimmedNamespace] = []
             cutoffs: dict[int, int] = {}

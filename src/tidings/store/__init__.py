@@ -18,6 +18,7 @@ from ._base import (
     DeadLetter,
     DeliveryStore,
     EventStore,
+    KeyRecord,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
@@ -36,8 +37,9 @@ from ._base import (
 )
 from ._cluster import CHANGE_LOG, CHANGE_LOST, CHANGE_REGISTRY, BroadcasterRecord, ClusterStore, Fence, LeaseRecord
 from ._deliveries import DeliveryRecord
+from ._disk import cause as disk_cause
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord
-from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaVersion
+from ._schemas import SchemaChange, SchemaConflict, SchemaRecord, SchemaSnapshot, SchemaVersion
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
@@ -57,6 +59,7 @@ __all__ = [
     "EventStore",
     "Fence",
     "InsufficientCredit",
+    "KeyRecord",
     "LeaseRecord",
     "MemoryStore",
     "NewEvent",
@@ -72,6 +75,7 @@ __all__ = [
     "Route",
     "SQLiteStore",
     "SchemaChange",
+    "SchemaConflict",
     "SchemaRecord",
     "SchemaSnapshot",
     "SchemaStore",
@@ -82,6 +86,7 @@ __all__ = [
     "StoredEvent",
     "SubscriptionRecord",
     "SubscriptionSecret",
+    "disk_cause",
     "redact_address",
     "store_for",
 ]

@@ -15,6 +15,8 @@ Contract (checked for every backend by ``tests/test_store_contract.py``):
 * A store may open notifications in the same transaction as the events they are for
   (``route_appends``); one that cannot says so, and its caller opens them itself.
 * Reads never see a half-applied write.
+* A creation given a per-principal ``limit`` counts and inserts in one atomic step
+  (``LimitReached`` when at it): concurrent creations never exceed it.
 """
 
 
@@ -23,11 +25,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 
+from ._clocked import Clocked
 from ._cluster import Fence
 from ._deliveries import DeliveryRecord
 from ._records import (
     AppendRouter,
     DeadLetter,
+    KeyRecord,
     NewEvent,
     PendingNotification,
     PrincipalRecord,
@@ -47,6 +51,7 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryStore",
     "EventStore",
+    "KeyRecord",
     "NewEvent",
     "PendingNotification",
     "PrincipalRecord",
@@ -92,13 +97,23 @@ class RegistryStore(ABC):
     """Publications, their publishers, subscriptions and their signing secrets."""
 
     @abstractmethod
-    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
+    async def create_publication(
+        self, record: PublicationRecord, publisher: str | None = None, *, limit: int | None = None
+    ) -> bool:
         """Store a new publication, with ``publisher`` as its first publisher in the same
         transaction (so no reader sees the one without the other); False, and nothing
-        written, if its namespace is already registered."""
+        written, if its namespace is already registered.
+
+        With ``limit``: ``LimitReached``, and nothing written, if ``record.owner`` owns
+        ``limit`` publications already. The count and the insert are one atomic step, so
+        creations made at once, through one broadcaster or several, never exceed it."""
 
     @abstractmethod
-    async def update_publication(self, record: PublicationRecord) -> None: ...
+    async def update_publication(self, record: PublicationRecord, expected: PublicationRecord | None = None) -> bool:
+        """Set a publication's owner and config. With ``expected`` (the record the change
+        was computed from), a compare-and-set: written only while the stored owner and
+        config are still ``expected``'s, so two changes made at once (through one
+        broadcaster or several) never lose one another. True if written."""
 
     @abstractmethod
     async def list_publications(self, after: str | None = None, limit: int | None = None) -> list[
@@ -124,12 +139,18 @@ class RegistryStore(ABC):
     # -- subscriptions ----------------------------------------------------------------
 
     @abstractmethod
-    async def create_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord:
-        """Store a subscription; ``id`` and ``cursor`` (the log head now) are assigned."""
+    async def create_subscription(self, record: SubscriptionRecord, *, limit: int | None = None) -> SubscriptionRecord:
+        """Store a subscription; ``id`` and ``cursor`` (the log head now) are assigned.
+
+        With ``limit``: ``LimitReached``, and nothing written, if ``record.subscriber``
+        holds ``limit`` subscriptions already (counted and inserted atomically, as in
+        ``create_publication``)."""
 
     @abstractmethod
-    async def update_subscription(self, record: SubscriptionRecord) -> None:
-        """Replace config, endpoint and mode (not the cursor)."""
+    async def update_subscription(self, record: SubscriptionRecord, expected: SubscriptionRecord | None = None) -> bool:
+        """Replace config, endpoint and mode (not the cursor). With ``expected``, a
+        compare-and-set as in ``update_publication``: written only while the stored
+        endpoint, mode and config are still ``expected``'s. True if written."""
 
     @abstractmethod
     async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
@@ -165,7 +186,7 @@ class RegistryStore(ABC):
         """A subscription's secrets not expired at ``now``, newest first."""
 
 
-class EventStore(ABC):
+class EventStore(Clocked, ABC):
     """The append-only event log."""
 
     @abstractmethod
@@ -197,14 +218,25 @@ class EventStore(ABC):
         return False
 
     @abstractmethod
+    async def find_keys(self, keys: Sequence[tuple[str, str]], now: int) -> dict[tuple[str, str], KeyRecord]:
+        """The idempotency keys among ``keys`` (namespace, key) still live at ``now``."""
+
+    @abstractmethod
+    async def expire_keys(self, now: int, limit: int = 10_000) -> int:
+        """Delete at most ``limit`` keys expired at ``now``; returns how many."""
+
+    @abstractmethod
     async def trim_events(self, namespace: str, before: int) -> int:
         """Delete the events of ``namespace`` stamped before ``before`` (UTC ns); returns how many.
+
+        A store several broadcasters share also keeps every event not older than
+        ``clock.now_ns() - before`` by its own clock, whatever the caller's clock said.
 
         Events that unconfirmed notifications or dead letters still point at are kept,
         and the namespace's id chain goes on where it was."""
 
 
-class DeliveryStore(ABC):
+class DeliveryStore(Clocked, ABC):
     """Notifications pending confirmation, dead letters, and the record of outcomes."""
 
     @abstractmethod

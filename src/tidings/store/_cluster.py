@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import msgspec
 
+from ._clocked import Clocked
 from ._records import NewEvent, Stat, StoredEvent
 
 __all__ = [
@@ -62,14 +63,15 @@ class Fence(msgspec.Struct, frozen=True):
     epoch: int
 
 
-class ClusterStore(ABC):
+class ClusterStore(Clocked, ABC):
     """Membership and leases, timed by the store's clock so that the broadcasters' clocks
     need not agree."""
 
     @abstractmethod
     async def heartbeat(self, node: str, url: str, *, forget_after_s: float) -> list[BroadcasterRecord]:
         """Record ``node`` as alive now and return every broadcaster seen within
-        ``forget_after_s`` seconds (older rows are dropped), by id."""
+        ``forget_after_s`` seconds (older rows are dropped), by id. Also reads the
+        database's clock into :attr:`clock` (``Clock.observe``): the members' one clock."""
 
     @abstractmethod
     async def leave(self, node: str) -> None:

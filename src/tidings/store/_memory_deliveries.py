@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -33,7 +32,7 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
         if sub is None:
             return []
         agg = aggregate(stats)
-        now = time.time_ns()
+        now = self.clock.now_ns()
         if ids is None:
             ids = range(self._last_note_id + 1, self._last_note_id + 1 + len(events))
             self._last_note_id += len(events)
@@ -94,7 +93,7 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
         per_id = stats or {}
         per_sent = sent_stats or {}
         unsent = [i for i in dict.fromkeys(ids) if i in self._notes and i not in self._sent]
-        now = time.time_ns()
+        now = self.clock.now_ns()
         records = [
             self._delivery(n, "confirmed", now, n.attempts + 1)
             for i in dict.fromkeys(ids) if (n := self._notes.get(i)) is not None
@@ -198,7 +197,7 @@ class MemoryDeliveryStore(MemoryState, DeliveryStore):
     async def drop_dead_letters(self, ids: Sequence[int], stats: Iterable[Stat] = ()) -> list[int]:
         self._check()
         agg = aggregate(stats)
-        now = time.time_ns()
+        now = self.clock.now_ns()
         records = [
             self._delivery(
                 PendingNotification(id=d.id, subscription_id=d.subscription_id, seq=d.seq, namespace=d.namespace),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+from ..errors import LimitReached
 from ._base import RegistryStore
 from ._cluster import Fence
 from ._memory_state import MemoryState, Sub, dec, enc, limited
@@ -14,10 +15,15 @@ __all__ = ["MemoryRegistryStore"]
 
 
 class MemoryRegistryStore(MemoryState, RegistryStore):
-    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
+    async def create_publication(
+        self, record: PublicationRecord, publisher: str | None = None, *, limit: int | None = None
+    ) -> bool:
         self._check()
         if record.namespace in self._publications:
             return False
+        # No await between the count and the insert: atomic within the event loop.
+        if limit is not None and sum(1 for p in self._publications.values() if p[0] == record.owner) >= limit:
+            raise LimitReached(f"{record.owner} owns {limit} publications already", limit=limit)
         self._publications[record.namespace] = (record.owner, enc(record.config), record.created_at)
         if publisher is not None:
             self._publishers.add((record.namespace, publisher))
@@ -37,11 +43,13 @@ class MemoryRegistryStore(MemoryState, RegistryStore):
         self._publications.pop(namespace, None)
         return ids
 
-    async def update_publication(self, record: PublicationRecord) -> None:
+    async def update_publication(self, record: PublicationRecord, expected: PublicationRecord | None = None) -> bool:
         self._check()
         old = self._publications.get(record.namespace)
-        if old is not None:
-            self._publications[record.namespace] = (record.owner, enc(record.config), old[2])
+        if old is None or (expected is not None and old[:2] != (expected.owner, enc(expected.config))):
+            return False
+        self._publications[record.namespace] = (record.owner, enc(record.config), old[2])
+        return True
 
     async def list_publications(
         self, after: str | None = None, limit: int | None = None
@@ -66,20 +74,26 @@ class MemoryRegistryStore(MemoryState, RegistryStore):
         return sorted(p for p in self._publishers if namespace is None or p[0] == namespace)
 
 
-    async def create_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord:
+    async def create_subscription(self, record: SubscriptionRecord, *, limit: int | None = None) -> SubscriptionRecord:
         self._check()
+        if limit is not None and sum(1 for s in self._subs.values() if s.subscriber == record.subscriber) >= limit:
+            raise LimitReached(f"{record.subscriber} holds {limit} subscriptions already", limit=limit)
         sub = Sub(record, self._last_sub_id + 1, len(self._events))
         self._last_sub_id = sub.id
         self._subs[sub.id] = sub
         # SQLite hands back the caller's config as given, not its JSON round trip.
         return dataclasses.replace(record, id=sub.id, cursor=sub.cursor, config=copy.deepcopy(record.config))
 
-    async def update_subscription(self, record: SubscriptionRecord) -> None:
+    async def update_subscription(self, record: SubscriptionRecord, expected: SubscriptionRecord | None = None) -> bool:
         self._check()
         sub = self._subs.get(record.id)
-        if sub is not None:
-            config = enc(record.config)
-            sub.endpoint, sub.mode, sub.config = record.endpoint, record.mode, config
+        if sub is None or (
+            expected is not None
+            and (sub.endpoint, sub.mode, sub.config) != (expected.endpoint, expected.mode, enc(expected.config))
+        ):
+            return False
+        sub.endpoint, sub.mode, sub.config = record.endpoint, record.mode, enc(record.config)
+        return True
 
     async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
         self._check()

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from ..core.replay import ACTIVE
+from ..errors import LimitReached
 from ._cluster import Fence
 from ._memory_state import MemoryState
 from ._records import PendingNotification, Stat, StoredEvent
@@ -24,9 +26,17 @@ class MemoryReplayStore(MemoryState, ReplayStore):
         out.config = msgspec.json.decode(msgspec.json.encode(r.config))
         return out
 
-    async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
+    async def create_replay(
+        self, record: ReplayRecord, *, limit: int | None = None, total: int | None = None
+    ) -> ReplayRecord:
         self._check()
         st = self._replay_state()
+        if total is not None and sum(1 for r in st["replays"].values() if r.state in ACTIVE) >= total:
+            raise LimitReached(f"{total} replays are active already", limit=total, everyone=True)
+        if limit is not None and sum(
+            1 for r in st["replays"].values() if r.requester == record.requester and r.state in ACTIVE
+        ) >= limit:
+            raise LimitReached(f"{record.requester} has {limit} replays active already", limit=limit)
         st["last_id"] += 1
         record.id = st["last_id"]
         st["replays"][record.id] = self._copy(record)

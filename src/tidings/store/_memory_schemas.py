@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._memory_state import MemoryState
-from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
+from ._schemas import SchemaChange, SchemaConflict, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
 
 __all__ = ["MemorySchemaStore"]
 
@@ -28,13 +28,23 @@ class MemorySchemaStore(MemoryState, SchemaStore):
         return SchemaSnapshot(
             schemas=[copy.copy(r) for _, r in sorted(st["schemas"].items())],
             versions=[copy.copy(v) for _, v in sorted(st["versions"].items())],
-            settings=copy.deepcopy(st["settings"]),
+            settings=copy.deepcopy(st["settings"]), seq=len(st["changes"]),
         )
 
+    async def schema_seq(self) -> int:
+        self._check()
+        return len(self._schema_state()["changes"])
+
+    def _expect(self, expect_seq: int | None) -> None:
+        if expect_seq is not None and expect_seq != len(self._schema_state()["changes"]):
+            raise SchemaConflict("the schema registry changed meanwhile")
+
     async def create_schema(
-        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
+        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange,
+        *, expect_seq: int | None = None,
     ) -> SchemaRecord:
         self._check()
+        self._expect(expect_seq)
         st = self._schema_state()
         if record.id > 0:
             st["last_id"] = max(st["last_id"], record.id)
@@ -56,24 +66,28 @@ class MemorySchemaStore(MemoryState, SchemaStore):
     def _put_changes(self, changes: Sequence[SchemaChange]) -> None:
         log: list[SchemaChange] = self._schema_state()["changes"]
         for x in changes:
-            y = copy.copy(x)
-            y.seq = len(log) + 1
-            log.append(y)
+            x.seq = len(log) + 1
+            log.append(copy.copy(x))
 
     async def save_schema(
         self,
         record: SchemaRecord | None,
         versions: Sequence[SchemaVersion],
         changes: Sequence[SchemaChange],
+        *, expect_seq: int | None = None,
     ) -> None:
         self._check()
+        self._expect(expect_seq)
         if record is not None and record.id in self._schema_state()["schemas"]:
             self._schema_state()["schemas"][record.id] = copy.copy(record)
         self._put_versions(versions)
         self._put_changes(changes)
 
-    async def put_schema_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+    async def put_schema_setting(
+        self, key: str, value: Any, change: SchemaChange, *, expect_seq: int | None = None
+    ) -> None:
         self._check()
+        self._expect(expect_seq)
         settings = self._schema_state()["settings"]
         if value is None:
             settings.pop(key, None)

@@ -7,10 +7,12 @@ from typing import Any
 
 import msgspec
 
+from ..core.clock import Clock
 from ..errors import StoreError
 from ._deliveries import DeliveryRecord
 from ._records import (
     DeadLetter,
+    KeyRecord,
     PendingNotification,
     PrincipalRecord,
     Stat,
@@ -64,7 +66,8 @@ class Sub:
 class MemoryState:
     """Plain dicts and lists; every concern's module reads and writes them."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock = clock
         self._open = False
         self._principals: dict[str, PrincipalRecord] = {}
         self._tokens: dict[bytes, str] = {}
@@ -76,6 +79,8 @@ class MemoryState:
         self._events: list[StoredEvent] = []  # seq n is at index n - 1
         self._trimmed: set[int] = set()  # seqs retention has deleted
         self._last_ids: dict[str, int] = {}
+        self._last_ts: dict[str, int] = {}  # kept when retention trims, as the ids are
+        self._keys: dict[tuple[str, str], KeyRecord] = {}  # idempotency keys, live or not yet reclaimed
         self._notes: dict[int, PendingNotification] = {}  # insertion order is id order
         self._sent: set[int] = set()  # pending notifications the endpoint took (mark_sent)
         self._last_note_id = 0

@@ -15,9 +15,9 @@ from typing import Any
 
 import asyncpg
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from ._cluster import CHANGE_LOST, BroadcasterRecord, ClusterStore, LeaseRecord
-from ._pg_db import CAUGHT, PgAccess
+from ._pg_db import CAUGHT, PgAccess, unavailable
 
 __all__ = ["CHANNEL", "PgClusterStore"]
 
@@ -32,10 +32,17 @@ class PgClusterStore(PgAccess, ClusterStore):
     _timeout_s: float = 10.0
 
     async def heartbeat(self, node: str, url: str, *, forget_after_s: float) -> list[BroadcasterRecord]:
+        clock = self.clock
+        # The database's clock read with the heartbeat: the members' one clock
+        # (core.clock; its error bar is half the round trip).
+        wall, sent = clock.wall_ns(), clock.monotonic_ns()
         rows = await self._call(
-            "fetch", "SELECT o_id, o_url, o_started, o_seen_ago FROM tidings_heartbeat($1, $2, $3)",
+            "fetch", "SELECT o_id, o_url, o_started, o_seen_ago, "
+            "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint FROM tidings_heartbeat($1, $2, $3)",
             node, url, forget_after_s,
         )
+        if rows:
+            clock.observe(int(rows[0][4]), wall, sent, clock.monotonic_ns())
         return [BroadcasterRecord(id=r[0], url=r[1], started_at=r[2], seen_ms_ago=max(0, r[3])) for r in rows]
 
     async def peer_secret(self, candidate: bytes) -> bytes:
@@ -98,7 +105,7 @@ class PgClusterStore(PgAccess, ClusterStore):
             await conn.add_listener(CHANNEL, heard)
             conn.add_termination_listener(lambda _c: on_change(CHANGE_LOST, ""))
         except CAUGHT as e:
-            raise StoreError(f"cannot listen for changes: {e}") from e
+            raise (StoreUnavailable if unavailable(e) else StoreError)(f"cannot listen for changes: {e}") from e
 
         async def close() -> None:
             with contextlib.suppress(Exception):

@@ -20,14 +20,14 @@ order.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import asyncpg
 import msgspec
 
-from ..errors import LeaseLost, StoreError, StoreUnavailable
+from ..errors import KeyTaken, LeaseLost, StoreError, StoreUnavailable
 from ._cluster import Fence
-from ._pg_functions import FENCED
+from ._pg_functions import FENCED, KEY_TAKEN
 from ._records import Stat, StoredEvent, SubscriptionRecord
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "enc",
     "event_row",
     "fence_args",
+    "lock_quota",
     "stat_arrays",
     "stat_rows",
     "sub_row",
@@ -88,9 +89,26 @@ def store_error(e: BaseException, doing: str) -> StoreError:
     """The store error ``e`` becomes, its message naming what was being done."""
     if getattr(e, "sqlstate", None) == FENCED:
         return LeaseLost(str(e))
+    if getattr(e, "sqlstate", None) == KEY_TAKEN:
+        return KeyTaken(str(e))
     if unavailable(e):
         return StoreUnavailable(f"PostgreSQL is unavailable ({doing}): {type(e).__name__}: {e}")
     return StoreError(f"PostgreSQL refused {doing}: {e}")
+
+
+QUOTA_LOCK: Final = 0x7471  # "tq": the advisory lock class of the limits per principal
+
+
+async def lock_quota(c: asyncpg.Connection, kind: str, principal: str) -> None:
+    """Hold, until ``c``'s transaction ends, the lock of ``principal``'s ``kind`` of rows.
+
+    Under READ COMMITTED two transactions counting a principal's rows at once both see
+    the count before either inserts, and both insert past the limit: so the count and
+    the insert of one principal's rows are serialized, across every broadcaster on the
+    database. A transaction-scoped advisory lock (two-key space: apart from the
+    migrations' one-key lock) needs no table of its own; a hash collision only
+    serializes two principals' creations, it never mixes their counts."""
+    await c.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", QUOTA_LOCK, f"{kind}:{principal}")
 
 
 def fence_args(fence: Fence | None) -> tuple[str | None, str | None, int | None]:

@@ -8,7 +8,6 @@ lease (``Fence``) so that a broadcaster that lost the lease writes nothing.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
@@ -90,7 +89,7 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
             "SELECT tidings_open_notifications($1, $2, $3, $4, $5, $6::bigint[], $7::bigint[], $8::text[], $9, "
             "$10::text[], $11::text[], $12::text[], $13::bigint[])",
             *fence_args(fence), subscription_id, cursor, None if ids is None else list(ids),
-            [e.seq for e in events], [e.namespace for e in events], time.time_ns(), *stat_arrays(rows),
+            [e.seq for e in events], [e.namespace for e in events], self.clock.now_ns(), *stat_arrays(rows),
         )
         return [] if opened is None else list(opened)
 
@@ -132,7 +131,8 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
             "fetchval",
             "SELECT tidings_settle($1, $2, $3, $4::bigint[], $5, $6::bigint[], $7::boolean[], $8::text[], "
             "$9::text[], $10::text[], $11::bigint[])",
-            *fence_args(fence), todo, time.time_ns(), *_per_id(todo, (stats or {}, False), (sent_stats or {}, True)),
+            *fence_args(fence), todo, self.clock.now_ns(),
+            *_per_id(todo, (stats or {}, False), (sent_stats or {}, True)),
         )
         gone = set(done or ())
         return [i for i in todo if i in gone]
@@ -272,7 +272,7 @@ class PgDeliveryStore(PgAccess, DeliveryStore):
         todo = list(dict.fromkeys(ids))
 
         async def job(c: asyncpg.Connection) -> list[int]:
-            await c.execute(_DROPPED, todo, time.time_ns())
+            await c.execute(_DROPPED, todo, self.clock.now_ns())
             gone = {r[0] for r in await c.fetch(
                 "DELETE FROM dead_letters WHERE id = ANY($1::bigint[]) RETURNING id", todo
             )}

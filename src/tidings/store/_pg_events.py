@@ -7,7 +7,9 @@ which both numbers the events and makes concurrent writers (other processes on t
 database) wait their turn, so ids never have gaps and ``seq`` order is commit order
 (``_pg_migrations``). Being one statement, the call holds those locks only while the
 server runs it, never while this process is stopped or cut off. If the group's call
-fails, each append is tried alone, so one bad call fails alone.
+fails, each append is tried alone, so one bad call fails alone. Two groups may be in
+flight at once, on two connections, so that a database a network away costs a publish
+one round trip; their answers are given in the order they were sent (``_pg_order``).
 
 A publish forwarded by another broadcaster carries a relay token (``forwarding``); it is
 stored in the same statement, so the sender can learn afterwards whether the events were
@@ -23,18 +25,20 @@ from collections.abc import Iterable, Sequence
 
 import asyncpg
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from ._base import EventStore
 from ._pg_db import EVENT_COLS, PgAccess, event_row, stat_arrays, stat_rows
-from ._records import NewEvent, Stat, StoredEvent
+from ._pg_order import Sequencer
+from ._records import KeyRecord, NewEvent, Stat, StoredEvent
 
 __all__ = ["PgEventStore"]
 
 log = logging.getLogger("tidings.store")
 
 _APPEND = (
-    "SELECT o_seq, o_id FROM tidings_append($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::bytea[], "
-    "$6::text[], $7::integer[], $8, $9::text[], $10::text[], $11::text[], $12::bigint[])"
+    "SELECT o_seq, o_id, o_ts FROM tidings_append($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::bytea[], "
+    "$6::text[], $7::integer[], $8, $9::text[], $10::text[], $11::text[], $12::bigint[], "
+    "$13::text[], $14::bytea[], $15::bigint[])"
 )
 
 
@@ -56,6 +60,7 @@ class PgEventStore(PgAccess, EventStore):
 
     _appends: asyncio.Queue[_Append] | None = None
     _max_batch: int = 512
+    _in_flight: int = 2
 
     async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
         return await self.append_relayed(events, stats, None)
@@ -89,34 +94,61 @@ class PgEventStore(PgAccess, EventStore):
         queue = self._appends
         if queue is None:
             return
-        while True:
-            batch = [await queue.get()]
-            while len(batch) < self._max_batch and not queue.empty():
-                batch.append(queue.get_nowait())
-            try:
-                await self._commit(batch)
-            except asyncio.CancelledError:
-                for a in batch:
-                    if not a.fut.done():
-                        a.fut.set_exception(StoreError("store closed before the append was stored"))
-                raise
-
-    async def _commit(self, batch: list[_Append]) -> None:
+        # Up to ``_in_flight`` groups at once, each on a connection of its own: the next
+        # group is sent while the previous one's answer travels back (``_pg_order``).
+        slots = asyncio.Semaphore(self._in_flight)
+        order = Sequencer()
+        running: dict[asyncio.Task[None], list[_Append]] = {}
         try:
-            results = await self._write(batch)
+            while True:
+                await slots.acquire()
+                batch = [await queue.get()]
+                while len(batch) < self._max_batch and not queue.empty():
+                    batch.append(queue.get_nowait())
+                task = asyncio.create_task(self._commit(batch, order, order.start()))
+                running[task] = batch
+                task.add_done_callback(running.pop)
+                task.add_done_callback(lambda _t: slots.release())
+        except asyncio.CancelledError:
+            stopped = list(running.items())
+            for t, _ in stopped:
+                t.cancel()
+            await asyncio.gather(*(t for t, _ in stopped), return_exceptions=True)
+            for settle in order.abandon():
+                settle()
+            for _, batch in stopped:
+                for a in batch:
+                    _settle(a, StoreError("store closed before the append was stored"))
+            raise
+
+    async def _commit(self, batch: list[_Append], order: Sequencer, ticket: int) -> None:
+        outcome: list[list[StoredEvent] | BaseException]
+        try:
+            outcome = list(await self._write(batch))
+        except asyncio.CancelledError:
+            order.finish(ticket, lambda: None)
+            raise
         except Exception as e:
-            if len(batch) == 1:
-                _settle(batch[0], e)
-                return
-            log.warning("a group of %d appends failed (%s); trying each alone", len(batch), e)
-            for a in batch:
-                try:
-                    _settle(a, (await self._write([a]))[0])
-                except Exception as e1:
-                    _settle(a, e1)
-            return
-        for a, r in zip(batch, results, strict=True):
-            _settle(a, r)
+            if len(batch) == 1 or isinstance(e, StoreUnavailable):
+                # A database that cannot be reached fails each append alone as it failed the
+                # group (one timeout per append, in a row, while it is paused): all at once.
+                outcome = [e] * len(batch)
+            else:
+                log.warning("a group of %d appends failed (%s); trying each alone", len(batch), e)
+                outcome = []
+                for a in batch:
+                    try:
+                        outcome.append((await self._write([a]))[0])
+                    except asyncio.CancelledError:
+                        order.finish(ticket, lambda: None)
+                        raise
+                    except Exception as e1:
+                        outcome.append(e1)
+        def settle() -> None:
+            for a, r in zip(batch, outcome, strict=True):
+                _settle(a, r)
+
+        order.finish(ticket, settle)
 
     async def _stop_appender(self, task: asyncio.Task[None] | None) -> None:
         if task is not None:
@@ -160,15 +192,40 @@ class PgEventStore(PgAccess, EventStore):
     async def head(self) -> int:
         return int(await self._fetchval("SELECT seq FROM log_head"))
 
+    async def find_keys(self, keys: Sequence[tuple[str, str]], now: int) -> dict[tuple[str, str], KeyRecord]:
+        rows = await self._fetch(
+            "SELECT k.namespace, k.key, k.fingerprint, k.source, k.event_id, k.expires_at "
+            "FROM unnest($1::text[], $2::text[]) AS q(ns, key) "
+            "JOIN publish_keys k ON k.namespace = q.ns AND k.key = q.key WHERE k.expires_at > $3",
+            [k[0] for k in keys], [k[1] for k in keys], now,
+        )
+        return {(r[0], r[1]): KeyRecord(r[0], r[1], bytes(r[2]), r[3], r[4], r[5]) for r in rows}
+
+    async def expire_keys(self, now: int, limit: int = 10_000) -> int:
+        # SKIP LOCKED: members reclaiming at once split the rows instead of queueing.
+        status = await self._call(
+            "execute",
+            "DELETE FROM publish_keys WHERE (namespace, key) IN (SELECT namespace, key FROM publish_keys "
+            "WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            now, limit,
+        )
+        return int(status.split()[-1])
+
     async def trim_events(self, namespace: str, before: int) -> int:
+        # The age the caller keeps, measured again on the database's clock when the
+        # delete runs: a member whose clock is ahead (or not yet measured) trims nothing
+        # early, and every member may run the same round at once (docs/semantics.md).
+        keep_ns = max(0, self.clock.now_ns() - before)
+
         async def job(c: asyncpg.Connection) -> int:
             # The log's last event stays whatever its age, as in the other stores.
             status = await c.execute(
-                "DELETE FROM events e WHERE e.namespace = $1 AND e.timestamp < $2 "
+                "DELETE FROM events e WHERE e.namespace = $1 AND e.timestamp < LEAST($2, "
+                "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint - $3) "
                 "AND e.seq < (SELECT MAX(seq) FROM events) "
                 "AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.seq = e.seq) "
                 "AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.seq = e.seq)",
-                namespace, before,
+                namespace, before, keep_ns,
             )
             return int(status.split()[-1])
 
@@ -178,6 +235,7 @@ class PgEventStore(PgAccess, EventStore):
     async def _write(self, group: list[_Append]) -> list[list[StoredEvent]]:
         """Number and insert the group's events, and apply its counters: one statement."""
         cols: tuple[list[object], ...] = ([], [], [], [], [])
+        keyed = False
         for a in group:
             for e in a.events:
                 cols[0].append(e.namespace)
@@ -185,6 +243,12 @@ class PgEventStore(PgAccess, EventStore):
                 cols[2].append(e.source)
                 cols[3].append(e.data)
                 cols[4].append(e.headers)
+                keyed = keyed or e.key is not None
+        # Only a group with keys sends their arrays: an unkeyed publish costs nothing more.
+        keys: tuple[list[object] | None, ...] = (None, None, None)
+        if keyed:
+            events = [e for a in group for e in a.events]
+            keys = ([e.key for e in events], [e.fingerprint for e in events], [e.key_expires for e in events])
         tokens = [a.token for a in group] if any(a.token for a in group) else None
         counts = [len(a.events) for a in group] if tokens is not None else None
         stats: dict[tuple[str, str, str], int] = {}
@@ -192,16 +256,18 @@ class PgEventStore(PgAccess, EventStore):
             for scope, key, name, delta in a.stats:
                 stats[(scope, key, name)] = stats.get((scope, key, name), 0) + delta
         rows = sorted((*k, v) for k, v in stats.items() if v)
-        numbered = await self._call("fetch", _APPEND, *cols, tokens, counts, self._origin, *stat_arrays(rows))
+        numbered = await self._call(
+            "fetch", _APPEND, *cols, tokens, counts, self._origin, *stat_arrays(rows), *keys
+        )
         outs: list[list[StoredEvent]] = []
         k = 0
         for a in group:
             out = []
             for e in a.events:
-                seq, eid = numbered[k][0], numbered[k][1]
+                seq, eid, ts = numbered[k][0], numbered[k][1], numbered[k][2]
                 k += 1
                 out.append(StoredEvent(
-                    seq=seq, namespace=e.namespace, id=eid, prev_id=eid - 1 or None, timestamp=e.timestamp,
+                    seq=seq, namespace=e.namespace, id=eid, prev_id=eid - 1 or None, timestamp=ts,
                     source=e.source, data=e.data, headers=e.headers,
                 ))
             outs.append(out)

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["FENCED", "NO_CREDIT", "V5"]
+__all__ = ["FENCED", "KEY_TAKEN", "NO_CREDIT", "V5"]
 
 FENCED: Final = "TDF01"
 """SQLSTATE of a write refused by its fence."""
+KEY_TAKEN: Final = "TDK01"
+"""SQLSTATE of an append whose idempotency key a live row holds already."""
 NO_CREDIT: Final = "TDC01"
 """SQLSTATE of a replay batch its requester's credit does not cover."""
 

@@ -24,7 +24,9 @@ from typing import Final
 import asyncpg
 
 from ..errors import StoreError
+from ._pg_clock import V_CLOCK
 from ._pg_functions import V5
+from ._pg_keys import V_PUBLISH_KEYS
 
 __all__ = ["MIGRATIONS", "migrate"]
 
@@ -264,6 +266,8 @@ MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
     (3, "the secret broadcasters sign the publishes they forward to each other with", _V3),
     (4, "the notification ids kept for each replay, so a batch pushed again keeps its ids", _V4),
     (5, "lease epochs (fencing), relay tokens, and one-statement writes as server-side functions", V5),
+    (6, "an event's timestamp never goes back within its namespace (the later of its own and the previous)", V_CLOCK),
+    (7, "publishers' idempotency keys, written by tidings_append in the statement of their events", V_PUBLISH_KEYS),
 )
 """(version, what it does, SQL), in order."""
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncpg
 
+from ..errors import LimitReached
 from ._base import RegistryStore
 from ._cluster import CHANGE_REGISTRY, Fence
-from ._pg_db import SUB_COLS, PgAccess, dec, enc, fence_args, sub_row
+from ._pg_db import SUB_COLS, PgAccess, dec, enc, fence_args, lock_quota, sub_row
 from ._records import PublicationRecord, SubscriptionRecord, SubscriptionSecret
 
 __all__ = ["PgRegistryStore"]
@@ -15,8 +16,17 @@ _NO_LIMIT = 2**62
 
 
 class PgRegistryStore(PgAccess, RegistryStore):
-    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
+    async def create_publication(
+        self, record: PublicationRecord, publisher: str | None = None, *, limit: int | None = None
+    ) -> bool:
         async def job(c: asyncpg.Connection) -> bool:
+            if limit is not None:
+                await lock_quota(c, "publications", record.owner)
+                if await c.fetchval("SELECT 1 FROM publications WHERE namespace = $1", record.namespace):
+                    return False
+                held = await c.fetchval("SELECT count(*) FROM publications WHERE owner = $1", record.owner)
+                if held >= limit:
+                    raise LimitReached(f"{record.owner} owns {limit} publications already", limit=limit)
             made = await c.fetchval(
                 "INSERT INTO publications(namespace, owner, config, created_at) VALUES ($1, $2, $3, $4) "
                 "ON CONFLICT (namespace) DO NOTHING RETURNING true",
@@ -32,15 +42,25 @@ class PgRegistryStore(PgAccess, RegistryStore):
 
         return await self._tx(job)
 
-    async def update_publication(self, record: PublicationRecord) -> None:
-        async def job(c: asyncpg.Connection) -> None:
-            await c.execute(
-                "UPDATE publications SET owner = $1, config = $2 WHERE namespace = $3",
-                record.owner, enc(record.config), record.namespace,
-            )
+    async def update_publication(self, record: PublicationRecord, expected: PublicationRecord | None = None) -> bool:
+        async def job(c: asyncpg.Connection) -> bool:
+            if expected is None:
+                done = await c.execute(
+                    "UPDATE publications SET owner = $1, config = $2 WHERE namespace = $3",
+                    record.owner, enc(record.config), record.namespace,
+                )
+            else:
+                done = await c.execute(
+                    "UPDATE publications SET owner = $1, config = $2 WHERE namespace = $3 "
+                    "AND owner = $4 AND config = $5",
+                    record.owner, enc(record.config), record.namespace, expected.owner, enc(expected.config),
+                )
+            if done != "UPDATE 1":
+                return False
             await self._signal(c, CHANGE_REGISTRY, f"pub:{record.namespace}")
+            return True
 
-        await self._tx(job)
+        return await self._tx(job)
 
     async def list_publications(self, after: str | None = None, limit: int | None = None) -> list[PublicationRecord]:
         rows = await self._fetch(
@@ -89,8 +109,13 @@ class PgRegistryStore(PgAccess, RegistryStore):
             )
         return [(r[0], r[1]) for r in rows]
 
-    async def create_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord:
+    async def create_subscription(self, record: SubscriptionRecord, *, limit: int | None = None) -> SubscriptionRecord:
         async def job(c: asyncpg.Connection) -> SubscriptionRecord:
+            if limit is not None:
+                await lock_quota(c, "subscriptions", record.subscriber)
+                held = await c.fetchval("SELECT count(*) FROM subscriptions WHERE subscriber = $1", record.subscriber)
+                if held >= limit:
+                    raise LimitReached(f"{record.subscriber} holds {limit} subscriptions already", limit=limit)
             row = await c.fetchrow(
                 "INSERT INTO subscriptions(subscriber, namespace, endpoint, mode, config, cursor, created_at) "
                 "SELECT $1, $2, $3, $4, $5, seq, $6 FROM log_head RETURNING id, cursor",
@@ -105,15 +130,25 @@ class PgRegistryStore(PgAccess, RegistryStore):
 
         return await self._tx(job)
 
-    async def update_subscription(self, record: SubscriptionRecord) -> None:
-        async def job(c: asyncpg.Connection) -> None:
-            await c.execute(
-                "UPDATE subscriptions SET endpoint = $1, mode = $2, config = $3 WHERE id = $4",
-                record.endpoint, record.mode, enc(record.config), record.id,
-            )
+    async def update_subscription(self, record: SubscriptionRecord, expected: SubscriptionRecord | None = None) -> bool:
+        async def job(c: asyncpg.Connection) -> bool:
+            new = (record.endpoint, record.mode, enc(record.config), record.id)
+            if expected is None:
+                done = await c.execute(
+                    "UPDATE subscriptions SET endpoint = $1, mode = $2, config = $3 WHERE id = $4", *new
+                )
+            else:
+                done = await c.execute(
+                    "UPDATE subscriptions SET endpoint = $1, mode = $2, config = $3 WHERE id = $4 "
+                    "AND endpoint IS NOT DISTINCT FROM $5 AND mode = $6 AND config = $7",
+                    *new, expected.endpoint, expected.mode, enc(expected.config),
+                )
+            if done != "UPDATE 1":
+                return False
             await self._signal(c, CHANGE_REGISTRY, f"sub:{record.id}")
+            return True
 
-        await self._tx(job)
+        return await self._tx(job)
 
     async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
         await self._call(

@@ -8,9 +8,10 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from ..errors import StoreError
+from ..core.replay import ACTIVE
+from ..errors import LimitReached, StoreError
 from ._cluster import CHANGE_REGISTRY, Fence
-from ._pg_db import EVENT_COLS, PgAccess, event_row, fence_args, stat_arrays, stat_rows
+from ._pg_db import EVENT_COLS, PgAccess, event_row, fence_args, lock_quota, stat_arrays, stat_rows
 from ._pg_deliveries import confirmed_arrays
 from ._pg_functions import NO_CREDIT
 from ._records import Stat, StoredEvent
@@ -40,11 +41,25 @@ def _no_credit(e: StoreError) -> Exception:
 
 
 class PgReplayStore(PgAccess, ReplayStore):
-    async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
+    async def create_replay(
+        self, record: ReplayRecord, *, limit: int | None = None, total: int | None = None
+    ) -> ReplayRecord:
         r = record
         marks = ", ".join(f"${i}" for i in range(1, len(_FIELDS)))
 
         async def job(c: asyncpg.Connection) -> int:
+            if total is not None:  # first: every creation takes this lock, in one order
+                await lock_quota(c, "replays", "")  # no principal is named "" (valid_principal_name)
+                held = await c.fetchval("SELECT count(*) FROM replays WHERE state = ANY($1)", sorted(ACTIVE))
+                if held >= total:
+                    raise LimitReached(f"{total} replays are active already", limit=total, everyone=True)
+            if limit is not None:
+                await lock_quota(c, "replays", r.requester)
+                held = await c.fetchval(
+                    "SELECT count(*) FROM replays WHERE requester = $1 AND state = ANY($2)", r.requester, sorted(ACTIVE)
+                )
+                if held >= limit:
+                    raise LimitReached(f"{r.requester} has {limit} replays active already", limit=limit)
             made = await c.fetchval(
                 f"INSERT INTO replays({_COLS[4:]}) VALUES ({marks}) RETURNING id",
                 r.requester, r.namespace, r.subscription_id, r.from_id, r.to_id, bool(r.open_end),

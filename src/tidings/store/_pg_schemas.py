@@ -8,8 +8,9 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from ._cluster import CHANGE_REGISTRY
 from ._pg_db import PgAccess
-from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
+from ._schemas import SchemaChange, SchemaConflict, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
 
 __all__ = ["PgSchemaStore"]
 
@@ -38,12 +39,24 @@ async def _put_versions(c: asyncpg.Connection, versions: Sequence[SchemaVersion]
         )
 
 
+_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM schema_changes"
+
+
+async def _expect(c: asyncpg.Connection, expect_seq: int | None) -> None:
+    """Serialise the registry's writes (every broadcaster's) on the audit log, so that
+    its seqs commit in order and its last seq is the registry's version; then check it."""
+    await c.execute("LOCK TABLE schema_changes IN EXCLUSIVE MODE")
+    if expect_seq is not None and await c.fetchval(_SEQ) != expect_seq:
+        raise SchemaConflict("the schema registry changed meanwhile")
+
+
 async def _put_changes(c: asyncpg.Connection, changes: Sequence[SchemaChange]) -> None:
-    if changes:
-        await c.executemany(
-            "INSERT INTO schema_changes(schema_id, at, by, action, detail) VALUES ($1, $2, $3, $4, $5)",
-            [(x.schema_id, x.at, x.by, x.action, x.detail) for x in changes],
-        )
+    for x in changes:
+        x.seq = int(await c.fetchval(
+            "INSERT INTO schema_changes(schema_id, at, by, action, detail) VALUES ($1, $2, $3, $4, $5) "
+            "RETURNING seq",
+            x.schema_id, x.at, x.by, x.action, x.detail,
+        ))
 
 
 class PgSchemaStore(PgAccess, SchemaStore):
@@ -62,14 +75,20 @@ class PgSchemaStore(PgAccess, SchemaStore):
                 settings = {
                     r[0]: msgspec.json.decode(r[1]) for r in await c.fetch("SELECT key, value FROM schema_settings")
                 }
-            return SchemaSnapshot(schemas=schemas, versions=versions, settings=settings)
+                seq = await c.fetchval(_SEQ)
+            return SchemaSnapshot(schemas=schemas, versions=versions, settings=settings, seq=int(seq))
 
         return await self._read(q)
 
+    async def schema_seq(self) -> int:
+        return int(await self._fetchval(_SEQ))
+
     async def create_schema(
-        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
+        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange,
+        *, expect_seq: int | None = None,
     ) -> SchemaRecord:
         async def job(c: asyncpg.Connection) -> SchemaRecord:
+            await _expect(c, expect_seq)
             r = record
             if r.id:
                 # An id never used before, chosen by the registry: later ones go on above it.
@@ -92,6 +111,7 @@ class PgSchemaStore(PgAccess, SchemaStore):
             change.schema_id = new_id
             await _put_versions(c, versions)
             await _put_changes(c, [change])
+            await self._signal(c, CHANGE_REGISTRY, "schema:")
             r.id = new_id
             return r
 
@@ -102,8 +122,10 @@ class PgSchemaStore(PgAccess, SchemaStore):
         record: SchemaRecord | None,
         versions: Sequence[SchemaVersion],
         changes: Sequence[SchemaChange],
+        *, expect_seq: int | None = None,
     ) -> None:
         async def job(c: asyncpg.Connection) -> None:
+            await _expect(c, expect_seq)
             if record is not None:
                 r = record
                 await c.execute(
@@ -114,11 +136,15 @@ class PgSchemaStore(PgAccess, SchemaStore):
                 )
             await _put_versions(c, versions)
             await _put_changes(c, changes)
+            await self._signal(c, CHANGE_REGISTRY, "schema:")
 
         await self._tx(job)
 
-    async def put_schema_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+    async def put_schema_setting(
+        self, key: str, value: Any, change: SchemaChange, *, expect_seq: int | None = None
+    ) -> None:
         async def job(c: asyncpg.Connection) -> None:
+            await _expect(c, expect_seq)
             if value is None:
                 await c.execute("DELETE FROM schema_settings WHERE key = $1", key)
             else:
@@ -128,6 +154,7 @@ class PgSchemaStore(PgAccess, SchemaStore):
                     key, msgspec.json.encode(value),
                 )
             await _put_changes(c, [change])
+            await self._signal(c, CHANGE_REGISTRY, "schema:")
 
         await self._tx(job)
 

@@ -14,6 +14,7 @@ import msgspec
 __all__ = [
     "AppendRouter",
     "DeadLetter",
+    "KeyRecord",
     "NewEvent",
     "PendingNotification",
     "PrincipalRecord",
@@ -75,6 +76,23 @@ class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
     timestamp: int
     data: bytes
     headers: bytes = b"[]"
+    key: str | None = None
+    """The publisher's idempotency key: stored in the same commit as the event, unique per
+    namespace while live; an append that meets a live row of it fails with ``KeyTaken``."""
+    fingerprint: bytes = b""
+    key_expires: int = 0
+    """UTC nanoseconds after which the key is forgotten (the publication's window)."""
+
+
+class KeyRecord(msgspec.Struct, frozen=True):
+    """A live idempotency key: the event it was first published as."""
+
+    namespace: str
+    key: str
+    fingerprint: bytes
+    source: str
+    event_id: int
+    expires_at: int
 
 
 class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):

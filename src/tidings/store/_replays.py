@@ -65,8 +65,15 @@ class InsufficientCredit(Exception):
 
 class ReplayStore(ABC):
     @abstractmethod
-    async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
-        """Store a new replay; its ``id`` is assigned (ids increase, never reused)."""
+    async def create_replay(
+        self, record: ReplayRecord, *, limit: int | None = None, total: int | None = None
+    ) -> ReplayRecord:
+        """Store a new replay; its ``id`` is assigned (ids increase, never reused).
+
+        With ``limit``: ``LimitReached``, and nothing written, if ``record.requester``
+        has ``limit`` replays active (pending or running) already; with ``total``, the
+        same if ``total`` replays of all requesters are (``everyone`` set). Counted and
+        inserted in one atomic step (as ``create_subscription``)."""
 
     @abstractmethod
     async def list_replays(

@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SchemaChange", "SchemaRecord", "SchemaSnapshot", "SchemaStore", "SchemaVersion"]
+from ..errors import StoreError
+
+__all__ = ["SchemaChange", "SchemaConflict", "SchemaRecord", "SchemaSnapshot", "SchemaStore", "SchemaVersion"]
+
+
+class SchemaConflict(StoreError):
+    """A schema write given ``expect_seq`` found the registry changed since (another
+    broadcaster wrote meanwhile): nothing was written; read again and decide again."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,16 +75,31 @@ class SchemaSnapshot:
     versions: list[SchemaVersion] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     """Registry settings by key (limits, per-name compatibility), JSON values."""
+    seq: int = 0
+    """The ``seq`` of the last change in the snapshot (``SchemaStore.schema_seq`` then)."""
 
 
 class SchemaStore(ABC):
+    """Every write appends to the audit log, and the writes are serialised by it: the
+    log's last ``seq`` is the registry's version. A write given ``expect_seq`` is a
+    compare-and-set on that version (``SchemaConflict`` when another write came first),
+    and each written change is given its ``seq``. So broadcasters sharing a store each
+    keep the registry in memory, know from one cheap read whether it is current, and
+    never write from a stale copy (docs/scaling.md, "Shared state")."""
+
     @abstractmethod
     async def load_schemas(self) -> SchemaSnapshot:
-        """Everything the registry keeps, deleted schemas included (their ids stay taken)."""
+        """Everything the registry keeps, deleted schemas included (their ids stay taken),
+        read at one moment, with the ``seq`` of that moment."""
+
+    @abstractmethod
+    async def schema_seq(self) -> int:
+        """The ``seq`` of the registry's last change (0 when none)."""
 
     @abstractmethod
     async def create_schema(
-        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
+        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange,
+        *, expect_seq: int | None = None,
     ) -> SchemaRecord:
         """Store a new schema under a fresh id (or under ``record.id`` when it is set, which
         the registry does only for an id never used before), with its versions (whose ``schema_id`` is
@@ -89,11 +111,14 @@ class SchemaStore(ABC):
         record: SchemaRecord | None,
         versions: Sequence[SchemaVersion],
         changes: Sequence[SchemaChange],
+        *, expect_seq: int | None = None,
     ) -> None:
         """Update an existing schema and insert or update versions, atomically."""
 
     @abstractmethod
-    async def put_schema_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+    async def put_schema_setting(
+        self, key: str, value: Any, change: SchemaChange, *, expect_seq: int | None = None
+    ) -> None:
         """Set (or with ``value`` None remove) a registry setting, with its audit entry."""
 
     @abstractmethod

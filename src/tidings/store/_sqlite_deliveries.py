@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -199,7 +198,7 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
             if cur.rowcount == 0:
                 return []
             w.staged_opened[subscription_id] = cursor
-            ids = insert_notifications(c, subscription_id, events, time.time_ns(), kept) if events else []
+            ids = insert_notifications(c, subscription_id, events, self.clock.now_ns(), kept) if events else []
             apply_stats(c, stats)
             return ids
 
@@ -243,7 +242,7 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
 
         @lazy  # a confirmation lost to a power failure is a repeated push (_sqlite_writer)
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:
-            record_settled(c, ids, time.time_ns())
+            record_settled(c, ids, self.clock.now_ns())
             done, unsent = delete_notifications(c, ids)
             apply_stats(c, stats_of(per_id, done))
             apply_stats(c, stats_of(per_sent, unsent))
@@ -435,7 +434,7 @@ class SQLiteDeliveryStore(SQLiteAccess, DeliveryStore):
         stats = list(stats)
 
         def job(c: sqlite3.Connection, w: Writer) -> list[int]:
-            record_dropped(c, ids, time.time_ns())
+            record_dropped(c, ids, self.clock.now_ns())
             done = [i for i in ids if c.execute("DELETE FROM dead_letters WHERE id = ?", (i,)).rowcount]
             apply_stats(c, stats)
             return done

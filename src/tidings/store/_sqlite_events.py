@@ -8,9 +8,10 @@ from collections.abc import Iterable, Sequence
 
 from ..errors import StoreError
 from ._base import EventStore
-from ._records import AppendRouter, NewEvent, Stat, StoredEvent
+from ._records import AppendRouter, KeyRecord, NewEvent, Stat, StoredEvent
 from ._sqlite_db import EVENT_COLS, SQLiteAccess, event_row
-from ._sqlite_writer import Append, Writer
+from ._sqlite_keys import expire
+from ._sqlite_writer import Append, Writer, lazy
 
 __all__ = ["SQLiteEventStore"]
 
@@ -83,6 +84,20 @@ class SQLiteEventStore(SQLiteAccess, EventStore):
 
     async def head(self) -> int:
         return await self._read(lambda c: c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+
+    async def find_keys(self, keys: Sequence[tuple[str, str]], now: int) -> dict[tuple[str, str], KeyRecord]:
+        if self._writer is None:
+            raise StoreError("store is not open")
+        index = self._writer.keys
+        return await self._read(lambda c: index.find(c, keys, now))
+
+    async def expire_keys(self, now: int, limit: int = 10_000) -> int:
+        @lazy  # losing a deletion in a power failure only deletes it again next round
+        def job(c: sqlite3.Connection, w: Writer) -> int:
+            return expire(c, w.keys, now, limit)
+
+        fut: asyncio.Future[int] = self._write(job)
+        return await fut
 
     async def trim_events(self, namespace: str, before: int) -> int:
         def job(c: sqlite3.Connection, w: Writer) -> int:

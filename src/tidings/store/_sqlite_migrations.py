@@ -24,6 +24,7 @@ from typing import Final
 from ..errors import StoreError
 from ._sqlite_db import DDL
 from ._sqlite_deliveries import BATCH_INDEX, DELIVERIES_DDL
+from ._sqlite_keys import V_KEY_COLUMNS, V_KEYS_IN_EVENTS
 from ._sqlite_replays import REPLAY_DDL
 from ._sqlite_schemas import SCHEMA_DDL, migrate_schemas
 
@@ -55,8 +56,31 @@ def _v1(conn: sqlite3.Connection) -> None:
     migrate_schemas(conn)
 
 
+def _v_publish_keys(conn: sqlite3.Connection) -> None:
+    # WITHOUT ROWID: the key is the row, looked up by its primary key on every keyed
+    # publish; the expiry index lets the reclaimer delete the oldest without a scan. IF NOT
+    # EXISTS, as step 1: a store marked version 0 by hand may hold the table already.
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS publish_keys (namespace TEXT NOT NULL, key TEXT NOT NULL, "
+        "fingerprint BLOB NOT NULL, source TEXT NOT NULL, event_id INTEGER NOT NULL, expires_at INTEGER NOT NULL, "
+        "PRIMARY KEY (namespace, key)) WITHOUT ROWID"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS publish_keys_expiry ON publish_keys(expires_at)")
+
+
+def _v_keys_in_events(conn: sqlite3.Connection) -> None:
+    # Idempotent, as step 2: a store marked version 0 by hand may have the columns already.
+    for table, column in V_KEY_COLUMNS:
+        if column.split()[0] not in _columns(conn, table):
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+    for statement in V_KEYS_IN_EVENTS:
+        conn.execute(statement)
+
+
 STEPS: Final[tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...]] = (
     ("the registry, the event log, deliveries, statistics, replays and schemas", _v1),
+    ("publishers' idempotency keys, written in the commit of their events", _v_publish_keys),
+    ("idempotency keys in their events' rows, found through the writer's memory", _v_keys_in_events),
 )
 """(what it does, how), in order: the store's version is how many of them it has had."""
 

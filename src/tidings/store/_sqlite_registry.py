@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from ..errors import LimitReached
 from ._base import RegistryStore
 from ._cluster import Fence
 from ._records import PublicationRecord, SubscriptionRecord, SubscriptionSecret
@@ -14,8 +15,18 @@ __all__ = ["SQLiteRegistryStore"]
 
 
 class SQLiteRegistryStore(SQLiteAccess, RegistryStore):
-    async def create_publication(self, record: PublicationRecord, publisher: str | None = None) -> bool:
+    async def create_publication(
+        self, record: PublicationRecord, publisher: str | None = None, *, limit: int | None = None
+    ) -> bool:
+        # One writer job: the count and the insert run on the single writing connection,
+        # with no other write between them.
         def job(c: sqlite3.Connection, w: Writer) -> bool:
+            if limit is not None:
+                if c.execute("SELECT 1 FROM publications WHERE namespace = ?", (record.namespace,)).fetchone():
+                    return False
+                held = c.execute("SELECT COUNT(*) FROM publications WHERE owner = ?", (record.owner,)).fetchone()[0]
+                if held >= limit:
+                    raise LimitReached(f"{record.owner} owns {limit} publications already", limit=limit)
             cur = c.execute(
                 "INSERT INTO publications(namespace, owner, config, created_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(namespace) DO NOTHING",
@@ -31,14 +42,21 @@ class SQLiteRegistryStore(SQLiteAccess, RegistryStore):
 
         return await self._write(job)
 
-    async def update_publication(self, record: PublicationRecord) -> None:
-        def job(c: sqlite3.Connection, w: Writer) -> None:
-            c.execute(
-                "UPDATE publications SET owner = ?, config = ? WHERE namespace = ?",
-                (record.owner, enc(record.config), record.namespace),
-            )
+    async def update_publication(self, record: PublicationRecord, expected: PublicationRecord | None = None) -> bool:
+        def job(c: sqlite3.Connection, w: Writer) -> bool:
+            if expected is None:
+                cur = c.execute(
+                    "UPDATE publications SET owner = ?, config = ? WHERE namespace = ?",
+                    (record.owner, enc(record.config), record.namespace),
+                )
+            else:
+                cur = c.execute(
+                    "UPDATE publications SET owner = ?, config = ? WHERE namespace = ? AND owner = ? AND config = ?",
+                    (record.owner, enc(record.config), record.namespace, expected.owner, enc(expected.config)),
+                )
+            return cur.rowcount == 1
 
-        await self._write(job)
+        return await self._write(job)
 
     async def list_publications(
         self, after: str | None = None, limit: int | None = None
@@ -100,8 +118,14 @@ class SQLiteRegistryStore(SQLiteAccess, RegistryStore):
         return await self._read(q)
 
 
-    async def create_subscription(self, record: SubscriptionRecord) -> SubscriptionRecord:
+    async def create_subscription(self, record: SubscriptionRecord, *, limit: int | None = None) -> SubscriptionRecord:
         def job(c: sqlite3.Connection, w: Writer) -> SubscriptionRecord:
+            if limit is not None:  # in the same writer job as the insert, as for publications
+                held = c.execute(
+                    "SELECT COUNT(*) FROM subscriptions WHERE subscriber = ?", (record.subscriber,)
+                ).fetchone()[0]
+                if held >= limit:
+                    raise LimitReached(f"{record.subscriber} holds {limit} subscriptions already", limit=limit)
             head = c.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
             cur = c.execute(
                 "INSERT INTO subscriptions(subscriber, namespace, endpoint, mode, config, cursor, created_at)"
@@ -117,14 +141,20 @@ class SQLiteRegistryStore(SQLiteAccess, RegistryStore):
 
         return await self._write(job)
 
-    async def update_subscription(self, record: SubscriptionRecord) -> None:
-        def job(c: sqlite3.Connection, w: Writer) -> None:
-            c.execute(
-                "UPDATE subscriptions SET endpoint = ?, mode = ?, config = ? WHERE id = ?",
-                (record.endpoint, record.mode, enc(record.config), record.id),
-            )
+    async def update_subscription(self, record: SubscriptionRecord, expected: SubscriptionRecord | None = None) -> bool:
+        def job(c: sqlite3.Connection, w: Writer) -> bool:
+            new = (record.endpoint, record.mode, enc(record.config), record.id)
+            if expected is None:
+                cur = c.execute("UPDATE subscriptions SET endpoint = ?, mode = ?, config = ? WHERE id = ?", new)
+            else:
+                cur = c.execute(
+                    "UPDATE subscriptions SET endpoint = ?, mode = ?, config = ? WHERE id = ? "
+                    "AND endpoint IS ? AND mode = ? AND config = ?",
+                    (*new, expected.endpoint, expected.mode, enc(expected.config)),
+                )
+            return cur.rowcount == 1
 
-        await self._write(job)
+        return await self._write(job)
 
     async def move_cursor(self, subscription_id: int, cursor: int, *, fence: Fence | None = None) -> None:
         await self._write(

@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from ..core.replay import append_pairs
+from ..core.replay import ACTIVE, append_pairs
+from ..errors import LimitReached
 from ._cluster import Fence
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore
@@ -127,9 +128,26 @@ def _marks(n: int) -> str:
 class SQLiteReplayStore(SQLiteAccess, ReplayStore):
     """Relies on ``SQLiteStore``'s ``_read`` and ``_write`` (the single writer thread)."""
 
-    async def create_replay(self, record: ReplayRecord) -> ReplayRecord:
+    async def create_replay(
+        self, record: ReplayRecord, *, limit: int | None = None, total: int | None = None
+    ) -> ReplayRecord:
         def job(c: sqlite3.Connection, w: object) -> ReplayRecord:
             r = record
+            if total is not None:
+                active = sorted(ACTIVE)
+                held = c.execute(
+                    f"SELECT COUNT(*) FROM replays WHERE state IN ({_marks(len(active))})", active
+                ).fetchone()[0]
+                if held >= total:
+                    raise LimitReached(f"{total} replays are active already", limit=total, everyone=True)
+            if limit is not None:  # in the insert's writer job: no write between them
+                active = sorted(ACTIVE)
+                held = c.execute(
+                    f"SELECT COUNT(*) FROM replays WHERE requester = ? AND state IN ({_marks(len(active))})",
+                    (r.requester, *active),
+                ).fetchone()[0]
+                if held >= limit:
+                    raise LimitReached(f"{r.requester} has {limit} replays active already", limit=limit)
             cur = c.execute(
                 f"INSERT INTO replays({_COLS[4:]}) VALUES ({_marks(len(_FIELDS) - 1)})",
                 (r.requester, r.namespace, r.subscription_id, r.from_id, r.to_id, int(r.open_end),

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ._schemas import SchemaChange, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
+from ._schemas import SchemaChange, SchemaConflict, SchemaRecord, SchemaSnapshot, SchemaStore, SchemaVersion
 from ._sqlite_db import SQLiteAccess
 
 __all__ = ["SCHEMA_DDL", "SQLiteSchemaStore", "migrate_schemas"]
@@ -88,11 +88,33 @@ def _put_versions(c: sqlite3.Connection, versions: Sequence[SchemaVersion]) -> N
     )
 
 
+def _seq(c: sqlite3.Connection) -> int:
+    return int(c.execute("SELECT COALESCE(MAX(seq), 0) FROM schema_changes").fetchone()[0])
+
+
+def _expect(c: sqlite3.Connection, expect_seq: int | None) -> None:
+    # The single writer serialises the writes: the check and the write are one step.
+    if expect_seq is not None and _seq(c) != expect_seq:
+        raise SchemaConflict("the schema registry changed meanwhile")
+
+
 def _put_changes(c: sqlite3.Connection, changes: Sequence[SchemaChange]) -> None:
-    c.executemany(
-        "INSERT INTO schema_changes(schema_id, at, by, action, detail) VALUES (?, ?, ?, ?, ?)",
-        [(x.schema_id, x.at, x.by, x.action, x.detail) for x in changes],
-    )
+    for x in changes:
+        cur = c.execute(
+            "INSERT INTO schema_changes(schema_id, at, by, action, detail) VALUES (?, ?, ?, ?, ?)",
+            (x.schema_id, x.at, x.by, x.action, x.detail),
+        )
+        x.seq = int(cur.lastrowid or 0)
+
+
+def _in_one_read(c: sqlite3.Connection, q: Any) -> Any:
+    if c.in_transaction:
+        return q(c)
+    c.execute("BEGIN")
+    try:
+        return q(c)
+    finally:
+        c.execute("COMMIT")
 
 
 class SQLiteSchemaStore(SQLiteAccess, SchemaStore):
@@ -110,15 +132,22 @@ class SQLiteSchemaStore(SQLiteAccess, SchemaStore):
                 )
             ]
             settings = {k: msgspec.json.decode(v) for k, v in c.execute("SELECT key, value FROM schema_settings")}
-            return SchemaSnapshot(schemas=schemas, versions=versions, settings=settings)
+            return SchemaSnapshot(schemas=schemas, versions=versions, settings=settings, seq=_seq(c))
 
-        result: SchemaSnapshot = await self._read(q)
+        # One read transaction, so the seq is the snapshot's.
+        result: SchemaSnapshot = await self._read(lambda c: _in_one_read(c, q))
+        return result
+
+    async def schema_seq(self) -> int:
+        result: int = await self._read(_seq)
         return result
 
     async def create_schema(
-        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange
+        self, record: SchemaRecord, versions: Sequence[SchemaVersion], change: SchemaChange,
+        *, expect_seq: int | None = None,
     ) -> SchemaRecord:
         def job(c: sqlite3.Connection, w: object) -> SchemaRecord:
+            _expect(c, expect_seq)
             r = record
             cur = c.execute(
                 "INSERT INTO schemas(id, format, model, canonical, replaces, created_at, created_by, state, "
@@ -145,8 +174,10 @@ class SQLiteSchemaStore(SQLiteAccess, SchemaStore):
         record: SchemaRecord | None,
         versions: Sequence[SchemaVersion],
         changes: Sequence[SchemaChange],
+        *, expect_seq: int | None = None,
     ) -> None:
         def job(c: sqlite3.Connection, w: object) -> None:
+            _expect(c, expect_seq)
             if record is not None:
                 r = record
                 c.execute(
@@ -160,8 +191,11 @@ class SQLiteSchemaStore(SQLiteAccess, SchemaStore):
 
         await self._write(job)
 
-    async def put_schema_setting(self, key: str, value: Any, change: SchemaChange) -> None:
+    async def put_schema_setting(
+        self, key: str, value: Any, change: SchemaChange, *, expect_seq: int | None = None
+    ) -> None:
         def job(c: sqlite3.Connection, w: object) -> None:
+            _expect(c, expect_seq)
             if value is None:
                 c.execute("DELETE FROM schema_settings WHERE key = ?", (key,))
             else:

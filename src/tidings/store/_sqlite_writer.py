@@ -28,9 +28,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import StoreError
+from ..core.clock import later
+from ..errors import KeysFull, KeyTaken, StoreError
+from ._disk import cause
 from ._records import AppendRouter, NewEvent, Route, Stat, StoredEvent
 from ._sqlite_db import EVENT_COLS, apply_stats, insert_notifications, insert_rows
+from ._sqlite_keys import KEY_COLS, KeyIndex, record_span
 
 __all__ = ["Append", "Writer", "lazy"]
 
@@ -53,9 +56,11 @@ class Writer(threading.Thread):
 
     def __init__(
         self, path: str, max_batch: int, router: AppendRouter | None, setup: Callable[[sqlite3.Connection], None],
-        *, fsync: bool = True,
+        *, fsync: bool = True, now_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         super().__init__(name="tidings-sqlite-writer", daemon=True)
+        self.now_ns = now_ns
+        """The store's clock (``core.clock``): the time notifications opened at append carry."""
         self._path = path
         self._fsync = fsync
         """False: durable commits too are left to the operating system (``synchronous=NORMAL``):
@@ -73,6 +78,10 @@ class Writer(threading.Thread):
         # failed transaction can never leave a gap in a chain.
         self.last_ids: dict[str, int] = {}
         self.staged: dict[str, int] = {}
+        # Per-namespace last event timestamp, for ``clock.later``: a value of a failed
+        # transaction left here is a time the clock gave, so it only holds later ones
+        # at a time already reached.
+        self.last_ts: dict[str, int | None] = {}
         # The log's highest seq, likewise: ``seq`` as committed (None: read it from the
         # table on next use), ``staged_seq`` within the transaction in progress.
         self.seq: int | None = None
@@ -83,8 +92,12 @@ class Writer(threading.Thread):
         self.staged_opened: dict[int, int] = {}
         self._full = fsync
         """Whether the connection is at ``synchronous=FULL`` (else NORMAL: lazy batches, or no fsync)."""
+        self._failing: float | None = None
+        """Since when commits fail (None: they do not), for the log's one line per episode."""
         self.commits = {"durable": 0, "lazy": 0}
         """Transactions committed each way, for tests and the profile."""
+        self.keys = KeyIndex()
+        """Where each live idempotency key's row is (``_sqlite_keys``)."""
 
     def run(self) -> None:
         try:
@@ -97,6 +110,7 @@ class Writer(threading.Thread):
             conn.execute("PRAGMA synchronous=FULL" if self._fsync else "PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             self._setup(conn)
+            self.keys.load(conn)
         except BaseException as e:  # reported to open()
             self.error = e
             self.ready.set()
@@ -127,6 +141,7 @@ class Writer(threading.Thread):
         self.staged = {}
         self.staged_seq = self.seq or 0
         self.staged_opened = {}
+        self.keys.abort()
         durable = not all(_is_lazy(job) for job, _, _ in batch)
         try:
             full = durable and self._fsync
@@ -158,17 +173,30 @@ class Writer(threading.Thread):
                 e for (job, _, _), (good, value) in zip(batch, results, strict=True)
                 if good and isinstance(job, Append) for e in value
             ] if router is not None else []
-            routes = _route(conn, router, appended, self._opened_now()) if router is not None and appended else []
+            routes = (
+                _route(conn, router, appended, self._opened_now(), self.now_ns()) if router is not None and appended
+                else []
+            )
             conn.execute("COMMIT")
             self.commits["durable" if durable else "lazy"] += 1
         except Exception as e:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
-            failure = StoreError(f"commit failed: {e}")
+            why = cause(self._path, e)
+            failure = StoreError(f"commit failed: {why}")
             results = [(False, failure)] * len(batch)
             self.seq = None  # read it again from the table
+            self.keys.abort()
+            if self._failing is None:  # once per episode, with its cause: not once per commit
+                log.error("the store %s cannot commit: %s; publishes are refused until it can", self._path, why)
+                self._failing = time.monotonic()
         else:
+            if self._failing is not None:
+                log.warning("the store %s commits again after %.1f s of failed commits", self._path,
+                            time.monotonic() - self._failing)
+                self._failing = None
             self.last_ids.update(self.staged)
+            self.keys.commit()
             if self.staged_opened:
                 if len(self.opened) > _OPENED_MAX:
                     # Each entry matters only until its worker resumes (its scan then covers
@@ -196,19 +224,25 @@ class Writer(threading.Thread):
         """Run one job inside its own savepoint; a failure undoes only that job."""
         conn.execute("SAVEPOINT job")
         staged_before, seq_before, opened_before = dict(self.staged), self.staged_seq, dict(self.staged_opened)
+        keys_before = self.keys.snapshot()
+        committed_seq = self.seq
         try:
             res = fn(conn, self)
         except Exception as e:
             conn.execute("ROLLBACK TO job")
             conn.execute("RELEASE job")
             self.staged, self.staged_seq, self.staged_opened = staged_before, seq_before, opened_before
+            self.keys.restore(keys_before)
+            # A job that read the log's highest seq (the first append after a start or a
+            # failed commit) staged it too: both go back, and the next job reads it again.
+            self.seq = committed_seq
             return False, e
         conn.execute("RELEASE job")
         return True, res
 
 
 def _route(
-    conn: sqlite3.Connection, router: AppendRouter, events: list[StoredEvent], opened: dict[int, int]
+    conn: sqlite3.Connection, router: AppendRouter, events: list[StoredEvent], opened: dict[int, int], now: int
 ) -> list[Route]:
     """Open the notifications ``router`` plans for ``events``, in their transaction.
 
@@ -217,7 +251,6 @@ def _route(
     conn.execute("SAVEPOINT route")
     try:
         routes = router.plan(events, opened)
-        now = time.time_ns()
         for r in routes:
             if not r.events or not r.record:
                 continue
@@ -260,6 +293,9 @@ def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[
     touched: dict[str, int] = {}
     outs: list[list[StoredEvent]] = []
     rows = []
+    keyed = []
+    seen: set[tuple[str, str]] = set()
+    recheck: list[tuple[int, str, str]] = []
     for a in group:
         out = []
         for e in a.events:
@@ -280,22 +316,51 @@ def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[
             seq += 1
             eid = prev + 1
             last[ns] = touched[ns] = eid
+            if ns in w.last_ts:
+                ts = later(e.timestamp, w.last_ts[ns])
+            else:
+                row = c.execute(
+                    "SELECT timestamp FROM events WHERE namespace = ? ORDER BY id DESC LIMIT 1", (ns,)
+                ).fetchone()
+                ts = later(e.timestamp, None if row is None else row[0])
+            w.last_ts[ns] = ts
             s = StoredEvent(
-                seq=seq, namespace=ns, id=eid, prev_id=prev or None, timestamp=e.timestamp,
+                seq=seq, namespace=ns, id=eid, prev_id=prev or None, timestamp=ts,
                 source=e.source, data=e.data, headers=e.headers,
             )
             out.append(s)
-            rows.append((seq, ns, eid, s.prev_id, e.timestamp, e.source, e.data, e.headers))
+            if e.key is None:
+                rows.append((seq, ns, eid, s.prev_id, ts, e.source, e.data, e.headers))
+            else:
+                # A key live in a row of the log, or twice in this append: the append fails
+                # whole, and the publish path answers the repeats (``KeyTaken``).
+                k = (ns, e.key)
+                if k in seen:
+                    raise KeyTaken(f"the idempotency key {e.key!r} is taken")
+                seen.add(k)
+                if not w.keys.claim(k, seq):
+                    if w.keys.taken(c, ns, e.key, e.timestamp):
+                        raise KeyTaken(f"the idempotency key {e.key!r} is taken")
+                    recheck.append((seq, ns, e.key))
+                keyed.append((seq, ns, eid, s.prev_id, ts, e.source, e.data, e.headers,
+                              e.key, e.fingerprint, e.key_expires))
         outs.append(out)
     insert_rows(c, f"INSERT INTO events({EVENT_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    if keyed:
+        if len(w.keys) > w.keys.limit:  # this append's keys are in it already: undone with the job
+            raise KeysFull(f"the store keeps {w.keys.limit:,} live idempotency keys at most; "
+                           "nothing was stored: retry when older keys have expired")
+        insert_rows(c, f"INSERT INTO events({EVENT_COLS}, {KEY_COLS}) VALUES ",
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", keyed)
+        record_span(c, [r[0] for r in keyed], [r[10] for r in keyed])
+        for seq_, ns_, key_ in recheck:  # after the rows: an entry may name one of them
+            w.keys.add(c, ns_, key_, seq_)
     c.executemany(
         "UPDATE publications SET last_event_id = ? WHERE namespace = ?", [(v, ns) for ns, v in touched.items()]
     )
     apply_stats(c, (s for a in group for s in a.stats))
     w.staged_seq = seq
     return outs
-
-
 
 
 def settle(fut: asyncio.Future[Any], good: bool, value: Any) -> None:

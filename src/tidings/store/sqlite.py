@@ -21,8 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core.clock import Clock
 from ..errors import StoreError
 from ._base import Store
+from ._disk import cause
 from ._records import AppendRouter
 from ._sqlite_db import private_files
 from ._sqlite_deliveries import SQLiteDeliveryStore
@@ -53,7 +55,11 @@ class SQLiteStore(
 ):
     """SQLite in WAL mode under ``path`` (a file; its folder is created)."""
 
-    def __init__(self, path: str | Path, *, max_batch: int = 512, readers: int = 2, fsync: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, *, max_batch: int = 512, readers: int = 2, fsync: bool = True,
+        clock: Clock | None = None,
+    ) -> None:
+        self._clock = clock
         self._path = str(path)
         self._fsync = fsync
         """Whether a publish's commit is fsynced before it is answered (``commit_fsync``)."""
@@ -73,9 +79,12 @@ class SQLiteStore(
 
     async def open(self) -> None:
         if self._path != ":memory:":
-            private_files(Path(self._path))
-            # Shared: other commands may open the store beside a server; a restore may not.
-            self._folder_lock = hold_folder(Path(self._path).parent)
+            try:
+                private_files(Path(self._path))
+                # Shared: other commands may open the store beside a server; a restore may not.
+                self._folder_lock = hold_folder(Path(self._path).parent)
+            except OSError as e:
+                raise StoreError(f"cannot open {self._path}: {cause(self._path, e)}") from None
             on_file = header_version(self._path)
             if on_file is not None:
                 try:
@@ -83,12 +92,12 @@ class SQLiteStore(
                 except StoreError as e:
                     self._release_folder()
                     raise StoreError(f"cannot open {self._path}: {e}") from None
-        w = Writer(self._path, self._max_batch, self._router, _setup, fsync=self._fsync)
+        w = Writer(self._path, self._max_batch, self._router, _setup, fsync=self._fsync, now_ns=self.clock.now_ns)
         w.start()
         await asyncio.to_thread(w.ready.wait)
         if w.error is not None:
             self._release_folder()
-            raise StoreError(f"cannot open {self._path}: {w.error}") from w.error
+            raise StoreError(f"cannot open {self._path}: {cause(self._path, w.error)}") from w.error
         self._writer = w
         self._pool = ThreadPoolExecutor(self._readers, thread_name_prefix="tidings-sqlite-reader")
 

@@ -142,7 +142,10 @@ async def _publish(face: Face, iq: slixmpp.Iq, action: ET.Element, node: str) ->
         data = from_xml(list(items[0]) if items else [], face.max_payload)
     except PayloadError as e:
         raise StanzaError("not-acceptable", str(e)) from None
-    (res,) = await face.broker.broadcaster.publish(caller, [Event(namespace=node, data=data)])
+    # XEP-0060 §7.1.2: an item id the publisher gives names the item; here it is the
+    # event's idempotency key, so a publish sent again is answered with the event stored.
+    key = items[0].get("id") if items else None
+    (res,) = await face.broker.broadcaster.publish(caller, [Event(namespace=node, data=data, idempotencyKey=key)])
     if res is None or res.Err is not msgspec.UNSET:
         raise error_of_item(res) if res is not None else StanzaError("internal-server-error")
     event_id = res.Ok[0] if isinstance(res.Ok, list) and res.Ok else res.Ok

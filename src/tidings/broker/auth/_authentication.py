@@ -6,13 +6,14 @@ stored: with that much entropy a slow hash adds nothing, and lookups stay one in
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import secrets
 import time
 from collections.abc import Callable
 
-from ...errors import BadRequest, Unauthenticated
+from ...errors import BadRequest, StoreUnavailable, Unauthenticated
 from ...store import PrincipalRecord, Store
 
 __all__ = ["Authenticator", "hash_token", "new_token", "valid_principal_name"]
@@ -36,15 +37,26 @@ class Authenticator:
     """Resolves bearer tokens to principals, caching what it has seen for ``cache_s``.
 
     The cache is short-lived on purpose: a token revoked from another process (the CLI
-    works on the store directly) stops working here within ``cache_s``."""
+    works on the store directly) stops working here within ``cache_s``. While the store
+    cannot be reached (a look-up fails as ``StoreUnavailable``), a token the store
+    confirmed within ``stale_s`` keeps its principal: the caller is told what really
+    fails (its commit, or an overloaded server) instead of that its token is in doubt. A
+    revocation made meanwhile through another member holds here once the store answers
+    again (docs/scaling.md, "Shared state")."""
 
     def __init__(self, store: Store, cache_size: int = 10_000, cache_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, stale_s: float = 30.0,
+                 now_ns: Callable[[], int] = time.time_ns) -> None:
         self._store = store
-        self._cache: dict[bytes, tuple[PrincipalRecord, float]] = {}
+        self._cache: dict[bytes, tuple[PrincipalRecord, float, float]] = {}
+        """By token hash: the principal, until when it is used without a look-up, when the store last confirmed it."""
         self._cache_size = cache_size
         self._cache_s = cache_s
         self._clock = clock
+        self._stale_s = stale_s
+        self._now_ns = now_ns
+        """The cluster's clock (``Broker.clock``): a principal's creation time, which users compare."""
+        self._looking: dict[bytes, asyncio.Future[PrincipalRecord | None]] = {}
 
     async def principal(self, authorization: str | None) -> PrincipalRecord:
         if not authorization:
@@ -57,20 +69,36 @@ class Authenticator:
         hit = self._cache.get(h)
         if hit is not None and hit[1] > now:
             return hit[0]
-        rec = await self._store.principal_by_token(h)
+        # One look-up per token at a time, shared by every request that needs it meanwhile:
+        # when the cache entry of a busy token expires during a stall, thousands of
+        # requests would otherwise each queue a read of their own.
+        pending = self._looking.get(h)
+        if pending is None:
+            pending = self._looking[h] = asyncio.ensure_future(self._store.principal_by_token(h))
+            pending.add_done_callback(lambda f: (self._looking.pop(h, None), f.cancelled() or f.exception()))
+        try:
+            rec = await asyncio.shield(pending)
+        except StoreUnavailable:
+            late = self._clock()
+            if hit is not None and late < hit[2] + self._stale_s:
+                # Kept for another term (never past ``stale_s`` from its confirmation): the
+                # requests of the outage do not each wait for a look-up that fails as well.
+                self._cache[h] = (hit[0], min(late + self._cache_s, hit[2] + self._stale_s), hit[2])
+                return hit[0]
+            raise
         if rec is None:
             self._cache.pop(h, None)
             raise Unauthenticated("unknown or revoked token")
         if len(self._cache) >= self._cache_size:
             self._cache.clear()
-        self._cache[h] = (rec, now + self._cache_s)
+        self._cache[h] = (rec, now + self._cache_s, now)
         return rec
 
     async def revoke(self, name: str, token: str | None = None) -> int:
         """Revoke one token of ``name`` (or all its tokens); effective here at once."""
         h = hash_token(token) if token is not None else None
         n = await self._store.revoke_tokens(name, h)
-        for key in [k for k, (rec, _) in self._cache.items() if rec.name == name and (h is None or k == h)]:
+        for key in [k for k, (rec, _, _) in self._cache.items() if rec.name == name and (h is None or k == h)]:
             del self._cache[key]
         return n
 
@@ -82,7 +110,7 @@ class Authenticator:
                 code="invalid_argument",
             )
         token = new_token()
-        rec = PrincipalRecord(name=name, admin=admin, created_at=time.time_ns())
+        rec = PrincipalRecord(name=name, admin=admin, created_at=self._now_ns())
         return token if await self._store.create_principal(rec, hash_token(token)) else None
 
     async def issue(self, name: str) -> str | None:

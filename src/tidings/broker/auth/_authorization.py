@@ -39,8 +39,10 @@ RemoteAuthorizer = Callable[[PublicationConfig, str, str, Any, "str | None"], Aw
 
 
 class Authorizer:
-    def __init__(self, outbound: Outbound) -> None:
+    def __init__(self, outbound: Outbound, now_ns: Callable[[], int] = time.time_ns) -> None:
         self._outbound = outbound
+        self._now_ns = now_ns
+        """The cluster's clock (``Broker.clock``): what a request's ``since`` is read by."""
         self._pending: dict[int, PendingAuthorization] = {}
         self._ids = itertools.count(1)
         self.remote: dict[str, RemoteAuthorizer] = {}
@@ -56,7 +58,7 @@ class Authorizer:
         if conf.authorization_url is None:
             return None
         key = next(self._ids)
-        self._pending[key] = PendingAuthorization(namespace=namespace, subscriber=subscriber, since=time.time_ns())
+        self._pending[key] = PendingAuthorization(namespace=namespace, subscriber=subscriber, since=self._now_ns())
         scheme, colon, _ = conf.authorization_url.partition(":")
         remote = self.remote.get(scheme) if colon else None
         if remote is not None:

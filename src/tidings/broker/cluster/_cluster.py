@@ -39,6 +39,7 @@ from ..delivery import Delivery, Signing, Tail
 from ..replay import Replays
 from ._control_log import ControlLog
 from ._membership import Membership
+from ._outage import Outage
 from ._registry_sync import RegistrySync
 
 __all__ = ["Cluster"]
@@ -46,7 +47,14 @@ __all__ = ["Cluster"]
 log = logging.getLogger("tidings.cluster")
 
 _READ = 1_000
-_FULL_RELOAD_S = 30.0
+_FULL_RELOADS = 2
+_FULL_RELOAD_MIN_S = 2.0
+"""The whole registry (and the schema registry's version) is compared with the store
+every ``_FULL_RELOADS`` heartbeats (at most every ``_FULL_RELOAD_MIN_S``: the compare
+reads every publication and subscription, and a very short heartbeat must not turn it
+into a load), whatever the signals said: the bound within which a change made through
+another broadcaster holds here even if its signal was lost (docs/scaling.md,
+"Shared state")."""
 
 
 class _ClusterStore(ClusterStore, Store):
@@ -58,8 +66,9 @@ class Cluster:
         self, store: _ClusterStore, membership: Membership, delivery: Delivery, replays: Replays,
         signing: Signing, sync: RegistrySync, tail: Tail, control: ControlLog, *,
         on_events: Callable[[list[StoredEvent]], None], heartbeat_s: float = 1.0, lease_s: float = 5.0,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic, outage: Outage | None = None,
     ) -> None:
+        self.outage = outage if outage is not None else Outage(log, monotonic)
         self._store = store
         self.membership = membership
         self._delivery = delivery
@@ -75,6 +84,7 @@ class Cluster:
         self._removed: list[SubscriptionRecord] = []
         self._on_events = on_events
         self.heartbeat_s = heartbeat_s
+        self.full_reload_s = max(_FULL_RELOADS * heartbeat_s, _FULL_RELOAD_MIN_S)
         self.lease_s = lease_s
         self._monotonic = monotonic
         self.margin_s = max(0.1 * lease_s, 0.2)
@@ -130,7 +140,7 @@ class Cluster:
                     if len(events) < _READ:
                         break
             except StoreError as e:
-                log.warning("reading the log after %s failed: %s", self._tail.head, e)
+                self.outage.failed(f"reading the log after {self._tail.head}", e)
             except Exception:  # this loop outlives whatever one round met
                 log.exception("reading the log after %s failed", self._tail.head)
 
@@ -138,25 +148,28 @@ class Cluster:
         last_full = self._monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reload.wait(), _FULL_RELOAD_S)
+                await asyncio.wait_for(self._reload.wait(), self.full_reload_s)
             self._reload.clear()
             await asyncio.sleep(0.02)  # a burst of changes: one reload
             self._reload.clear()
             known = set(self._sync.subscription_ids())
             try:
-                if self._full or self._monotonic() - last_full >= _FULL_RELOAD_S:
+                relistened = self._full
+                if self._full or self._monotonic() - last_full >= self.full_reload_s:
                     self._full = False
                     last_full = self._monotonic()
                     await self._sync.reload_all()
                 else:
                     await self._sync.reload()
                 secrets, self._secrets = self._secrets, set()
+                if relistened:  # signals may have been lost: a secret rotated meanwhile among them
+                    secrets |= set(self.membership.held)
                 for sub_id in secrets & self.membership.held:
                     await self._signing.reload(sub_id)
                 if set(self._sync.subscription_ids()) - known:
                     self._adopt.set()  # new subscriptions: take this one's share now
             except StoreError as e:
-                log.warning("reloading the registry failed: %s", e)
+                self.outage.failed("reloading the registry", e)
             except Exception:  # this loop outlives whatever one round met
                 log.exception("reloading the registry failed")
 
@@ -171,7 +184,7 @@ class Cluster:
         try:
             self._stop_listening = await self._store.listen(self._heard)
         except StoreError as e:
-            log.warning("%s; following the others on the timer only", e)
+            self.outage.failed("listening for the others' changes (following them on the timer only)", e)
             self._lost = True  # try again at the next heartbeat
         self._full = True
         self._reload.set()
@@ -213,8 +226,8 @@ class Cluster:
                     # watchdog has stopped the workers by the time it is.
                     async with asyncio.timeout(self.lease_s):
                         await self.beat()
-                except TimeoutError:
-                    log.warning("heartbeat took longer than the lease term (%.1f s); trying again", self.lease_s)
+                except TimeoutError as e:
+                    self.outage.failed(f"a heartbeat, which took longer than the lease term ({self.lease_s:.1f} s),", e)
                 except Exception:  # a broadcaster keeps taking part whatever one beat met
                     log.exception("heartbeat failed")
                 self._catch_up.set()  # in case a signal was lost
@@ -264,8 +277,9 @@ class Cluster:
             asked = self._monotonic()  # the store times the leases from later than this
             claimed = await self._store.claim_leases(m.me, [subscription_key(i) for i in sorted(mine)], self.lease_s)
         except StoreError as e:
-            log.warning("heartbeat failed: %s", e)
+            self.outage.failed("a heartbeat", e)
             return
+        self.outage.back()
         held = {int(k.partition(":")[2]): epoch for k, epoch in claimed.items()}
         # Taken by another meanwhile, or lost and taken again under a new epoch: the
         # worker of the old epoch stops (its writes would be refused).
@@ -278,7 +292,7 @@ class Cluster:
                 await self._take(sub_id)
             await self._replays.adopt(m.held)
         except StoreError as e:  # what was not taken yet is taken at the next heartbeat
-            log.warning("taking subscriptions failed: %s", e)
+            self.outage.failed("taking subscriptions", e)
         await self._record()
 
     async def _record(self) -> None:
@@ -287,7 +301,7 @@ class Cluster:
         try:
             await self._control.record(added, removed)
         except StoreError as e:
-            log.warning("recording %d assignment change(s) failed: %s", len(added) + len(removed), e)
+            self.outage.failed(f"recording {len(added) + len(removed)} assignment change(s)", e)
 
     async def _take(self, sub_id: int) -> None:
         m = self.membership

@@ -37,6 +37,7 @@ from ...core.namespaces import system_namespace
 from ...store import NewEvent, PublicationRecord, Stat, Store, StoredEvent, SubscriptionRecord
 from ..registry import Registry, RegistryListener, read_sub_config
 from ._membership import Membership
+from ._outage import Outage
 
 _log = logging.getLogger("tidings.cluster")
 
@@ -53,8 +54,9 @@ class ControlLog:
     def __init__(
         self, store: Store, registry: Registry, membership: Membership, *,
         on_appended: Callable[[list[StoredEvent]], None],
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] = time.time_ns, outage: Outage | None = None,
     ) -> None:
+        self._outage = outage if outage is not None else Outage(_log)
         self._store = store
         self._registry = registry
         self._m = membership
@@ -149,7 +151,7 @@ class ControlLog:
                 try:
                     await self.send()
                 except Exception as e:  # the change itself is stored: the others read it anyway
-                    _log.warning("sending control-plane commands failed: %s", e)
+                    self._outage.failed("sending control-plane commands", e)
         finally:
             if self._queued:
                 with contextlib.suppress(Exception):

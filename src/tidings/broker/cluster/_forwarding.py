@@ -30,14 +30,14 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 import aiohttp
 import msgspec
 
-from ...core.ingest import Prepared, PublishBatch
-from ...core.wire import ItemResult, err, ok
+from ...core.ingest import ERR_MAYBE_STORED, Prepared, PublishBatch
+from ...core.wire import GenericError, ItemResult, err, ok
 from ...errors import StoreError
 from ...outbound import read_bounded
 from ...store import NewEvent, PrincipalRecord, Stat, StoredEvent
@@ -106,8 +106,12 @@ class Forwarding:
     """Sends events to the owners of their publications; built once per broker."""
 
     def __init__(
-        self, membership: Membership, log: RelayLog, *, timeout_s: float, stale_after_s: float = 2.5
+        self, membership: Membership, log: RelayLog, *, timeout_s: float, stale_after_s: float = 2.5,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
+        self._clock = clock
+        """The cluster's clock (``core.clock``): relays are signed with its time, which
+        every member shares, so only a delay, never a member's wall clock, can make one late."""
         self._m = membership
         self._log = log
         self._timeout_s = timeout_s
@@ -159,7 +163,7 @@ class Forwarding:
             return None
         token = secrets.token_hex(16)
         body = _encode(RelayBatch(source.name, PublishBatch(n, now, rows, []), source.admin, token))
-        headers = {RELAY_HEADER: sign(self.secret, body, time.time_ns() // 1_000_000),
+        headers = {RELAY_HEADER: sign(self.secret, body, self._clock() // 1_000_000),
                    "content-type": "application/msgpack"}
         try:
             async with session.post(
@@ -183,13 +187,16 @@ class Forwarding:
         except StoreError as e:
             log.warning("forwarding %d events to %s failed: it %s, and the store cannot say whether it stored "
                         "them: %s", len(rows), url, why, e)
+            # Not GenericBatchError, which says nothing took effect: the outcome is unknown,
+            # and a retry with the same idempotency keys settles it (docs/wire-format.md).
             failed: list[ItemResult | None] = [None] * n
             for row in rows:
-                failed[row.index] = err(
-                    "GenericBatchError",
-                    f"forwarded to the publication's broadcaster ({url}), which {why}: the event may or "
-                    "may not be stored; look it up before publishing it again",
-                )
+                failed[row.index] = err("GenericError", GenericError(
+                    ERR_MAYBE_STORED,
+                    f"forwarded to the publication's broadcaster ({url}), which {why}, and the store cannot "
+                    "say whether it stored the event: it may have been stored: retry with the same "
+                    "idempotency key",
+                ))
             return Relayed(failed)
         if stored is None:
             log.info("broadcaster at %s %s; storing its %d events here", url, why, len(rows))

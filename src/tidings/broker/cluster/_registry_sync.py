@@ -2,7 +2,7 @@
 (several broadcasters on one store: docs/scaling.md).
 
 Another broadcaster's change arrives as a signal naming what changed (``sub:<id>``,
-``pub:<namespace>``); this reads that item from the store and applies it to the
+``pub:<namespace>``, ``schema:``); this reads that item from the store and applies it to the
 registry, telling delivery as the orchestrator would have. Reading item by item, never
 the whole registry while serving, keeps a change made here meanwhile from being undone
 by an older read of another item.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from ...store import Store, SubscriptionRecord
 from ..registry import Orchestrator, RegistryListener, read_sub_config
@@ -24,8 +24,15 @@ _MAX_ASKED = 16
 
 
 class RegistrySync:
-    def __init__(self, store: Store, orchestrator: Orchestrator, listener: RegistryListener) -> None:
+    def __init__(
+        self, store: Store, orchestrator: Orchestrator, listener: RegistryListener,
+        schemas_fresh: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._orch = orchestrator
+        self._schemas_fresh = schemas_fresh
+        """Brings the schema registry up to the store (``SchemaRegistry.refresh``: one
+        cheap read of its version when nothing changed)."""
+        self._schemas = False
         self._listener = listener
         """Delivery itself: a change read here was made elsewhere, and sent from there."""
         self._store = store
@@ -41,6 +48,8 @@ class RegistrySync:
             self._subs.add(int(key))
         elif kind == "pub" and key:
             self._pubs.add(key)
+        elif kind == "schema":
+            self._schemas = True
         else:
             return False
         return True
@@ -81,6 +90,7 @@ class RegistrySync:
         signals may have been missed (at start, before listening; a dropped connection;
         and now and then). Each difference is read again item by item before it is
         applied, so a change made here meanwhile is never undone by the older list."""
+        self._schemas = True
         reg = self._orch.registry
         stored_pubs = {p.namespace: p for p in await self._store.list_publications()}
         publishers: dict[str, set[str]] = {}
@@ -101,6 +111,9 @@ class RegistrySync:
         """Apply the changes signalled since the last call."""
         pubs, self._pubs = self._pubs, set()
         subs, self._subs = self._subs, set()
+        schemas, self._schemas = self._schemas, False
+        if schemas and self._schemas_fresh is not None:
+            await self._schemas_fresh()
         if pubs:
             await self._reload_publications(pubs)
         for sub_id in sorted(subs):
@@ -118,7 +131,6 @@ class RegistrySync:
             if reg.publications.get(ns) != pub:
                 reg.set_publication(pub)
             reg.publishers[ns] = {p for _, p in await self._store.list_publishers(ns)}
-        self._orch.recount()
 
     async def _reload_subscription(self, sub_id: int) -> None:
         reg = self._orch.registry
@@ -139,4 +151,3 @@ class RegistrySync:
             reg.subscriptions[sub_id] = sub
             conf = reg.sub_configs[sub_id] = read_sub_config(sub.config)
             listener.subscription_changed(sub, started=was_stopped and not conf.stopped)
-        self._orch.recount()

@@ -14,7 +14,6 @@ cannot be redriven (there is nothing to send them to).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from ...core.wire import DeadLetterInfo, DeadLetterQuery, ItemResult, err, ok
@@ -88,7 +87,7 @@ class DeadLetters:
     async def redrive(self, caller: PrincipalRecord, ids: Sequence[int]) -> list[ItemResult | None]:
         """``tidings_redrive_dead_letters``: send them again."""
         refused, allowed = await self._resolve(caller, ids, redrive=True)
-        back = await self._store.redrive_dead_letters(list(allowed), time.time_ns())
+        back = await self._store.redrive_dead_letters(list(allowed), self._delivery.now_ns())
         self._delivery.redrive(back)
         return self._answer(ids, refused, {p.id for p in back})
 

@@ -5,6 +5,7 @@ delivery."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -16,11 +17,13 @@ import msgspec
 from ...core import ingest, values
 from ...core.ingest import ERR_RESERVED_HEADER
 from ...core.wire import Event, GenericError, ItemResult, err, ok
-from ...errors import BadRequest, StoreError, StoreUnavailable, Unavailable
+from ...errors import BadRequest, KeysFull, KeyTaken, StoreError, StoreUnavailable, Unavailable
 from ...store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
 from ...tracing import PublishSpans, Tracing
 from ..cluster import Forwarding
 from ..registry import Orchestrator
+from . import _keys
+from ._overload import CommitTimeout, Overload
 
 __all__ = [
     "ERR_RESERVED_HEADER", "ERR_SCHEMA_REFUSED", "ERR_SCHEMA_VIOLATION", "Broadcaster", "SchemaCheck", "check_event",
@@ -47,6 +50,9 @@ def check_event(e: Event, where: str) -> None:
 
 
 _decode_value = msgspec.json.decode
+_RECLAIM_ROUND = 10_000
+"""Keys deleted per transaction: a round holds the writer (SQLite) for tens of ms at most."""
+log = logging.getLogger("tidings.broker")
 
 
 class Broadcaster:
@@ -63,8 +69,13 @@ class Broadcaster:
         forwarding: Forwarding | None = None,
         clock: Callable[[], int] = time.time_ns,
         tracing: Tracing | None = None,
+        max_clock_offset_s: float = 0.5,
+        overload: Overload | None = None,
     ) -> None:
+        self._max_offset_ns = int(max_clock_offset_s * 1e9)
         self._store = store
+        self._overload = overload
+        """Bounds the wait for each commit and watches for a stall (None: unbounded, tests only)."""
         self._orch = orchestrator
         self._id = broadcaster_id
         self._max_items = max_batch_items
@@ -75,6 +86,23 @@ class Broadcaster:
         self.schemas = schemas
         self._forwarding = forwarding
         self._tracing = tracing
+
+    async def reclaim_keys(self, interval_s: float) -> None:
+        """Delete expired idempotency keys every ``interval_s`` until cancelled: their
+        space is bounded by the keys published within a window (a store that cannot be
+        reached now is tried again next round, silently: its outage is logged elsewhere)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                # Rounds of at most _RECLAIM_ROUND keys, until the expired are gone: a keyed
+                # rate above a round per interval would otherwise outgrow the reclaimer.
+                n = _RECLAIM_ROUND
+                while n >= _RECLAIM_ROUND:
+                    n = await self._store.expire_keys(self._clock(), _RECLAIM_ROUND)
+                    if n:
+                        log.debug("deleted %d expired idempotency keys", n)
+            except StoreError:
+                continue
 
     def _bindings(self, namespaces: set[str], now: int) -> dict[str, Any]:
         """The schema binding of each namespace in the batch that has one."""
@@ -196,8 +224,15 @@ class Broadcaster:
         await self._orch.known(namespaces)
         results: list[ItemResult | None] = [None] * n
         accepted: list[tuple[int, NewEvent]] = []
+        # The receiving process's reading (``now``: the front's, the forwarding member's,
+        # or this one's) is the event's time when it agrees with the cluster's clock; a
+        # front or a member whose wall clock is off gets the cluster's clock's time here
+        # instead. The store then keeps the later of it and the namespace's previous one.
+        stamp = self._clock()
+        if stamp - self._max_offset_ns <= now <= stamp:
+            stamp = now
         busy = self._pending + len(rows) > self._max_pending
-        bindings = self._bindings(namespaces, now)
+        bindings = self._bindings(namespaces, stamp)
         # Asked once per namespace of the batch, not once per event.
         refusals = await self._orch.publish_refusals(caller.name, namespaces)
         for i, (ns, why) in refused.items():
@@ -228,13 +263,73 @@ class Broadcaster:
             if busy:
                 results[i] = err("Busy", "too many events waiting to be stored; retry shortly")
                 continue
+            # A keyed event's key lives for its publication's window (looked up only then).
+            expires = 0 if row.key is None else stamp + self._orch.pub_configs[row.namespace].dedup_window_ns
             accepted.append((i, NewEvent(
-                namespace=intern(row.namespace), source=caller.name, timestamp=now, data=row.data,
-                headers=row.headers,
+                namespace=intern(row.namespace), source=caller.name, timestamp=stamp, data=row.data,
+                headers=row.headers, key=row.key, fingerprint=row.fingerprint, key_expires=expires,
             )))
         if not accepted:
             return results
+        if any(e.key is not None for _, e in accepted):
+            return await self._store_keyed(caller, accepted, results, stamp, relay_token, spans)
+        return await self._append(caller, accepted, results, relay_token, spans)
 
+    async def _store_keyed(
+        self,
+        caller: PrincipalRecord,
+        accepted: list[tuple[int, NewEvent]],
+        results: list[ItemResult | None],
+        now: int,
+        relay_token: str | None,
+        spans: PublishSpans | None,
+    ) -> list[ItemResult | None]:
+        """Append ``accepted``, some keyed: repeats of live keys are answered, not stored.
+        The append is tried first with no lookup (a repeat is rare: only a publisher's
+        retry makes one), so a keyed publish costs no more round trips than another; an
+        append that meets a live key (``KeyTaken``: a repeat, or a race for the key) fails
+        whole and is settled against the keys as they are, then tried again. The first
+        append is not settled even against the request itself (a key twice in it fails
+        that append too): a request of fresh keys, nearly every one, pays nothing per key
+        here. Three failures after it (a key published over and over at once) are ``Busy``."""
+        events = dict(accepted)
+        todo: list[tuple[int, NewEvent]]
+        echoes: list[tuple[int, int]]
+        for attempt in range(4):
+            if attempt == 0:
+                # As they came: a key taken already, or twice in this request, fails the
+                # append (KeyTaken), and the next attempt sorts the repeats out.
+                todo, echoes = accepted, []
+            else:
+                wanted = [(e.namespace, e.key) for _, e in accepted if e.key is not None]
+                try:
+                    held = await self._store.find_keys(wanted, now) if wanted else {}
+                except StoreError as x:
+                    raise Unavailable(f"the events were not stored, the store is unavailable: {x}") from x
+                todo, echoes = _keys.settle(accepted, held, results)
+            try:
+                if todo:
+                    await self._append(caller, todo, results, relay_token, spans)
+            except KeyTaken:
+                accepted = todo + [(i, events[i]) for i, _ in echoes]
+                accepted.sort(key=lambda p: p[0])
+                if attempt < 3:
+                    continue
+                for i, _ in accepted:
+                    results[i] = err("Busy", "the idempotency key is being published at this moment; retry shortly")
+                return results
+            _keys.answer_echoes(echoes, events, results)
+            return results
+        return results
+
+    async def _append(
+        self,
+        caller: PrincipalRecord,
+        accepted: list[tuple[int, NewEvent]],
+        results: list[ItemResult | None],
+        relay_token: str | None,
+        spans: PublishSpans | None,
+    ) -> list[ItemResult | None]:
         per_ns = Counter(ne.namespace for _, ne in accepted)
         stats = [Stat("publication", ns, "icrc72:publication:stats:events", c) for ns, c in per_ns.items()]
         stats.append(Stat("publisher", caller.name, "icrc72:publisher:stats:events", len(accepted)))
@@ -246,14 +341,34 @@ class Broadcaster:
         try:
             new = [ne for _, ne in accepted]
             if relay_token is not None and self._forwarding is not None:
-                stored = await self._forwarding.store_relayed(new, stats, relay_token)
+                storing = self._forwarding.store_relayed(new, stats, relay_token)
             else:
-                stored = await self._store.append(new, stats)
+                storing = self._store.append(new, stats)
+            stored = await (self._overload.commit(storing) if self._overload is not None else storing)
+        except CommitTimeout:
+            if spans is not None:
+                spans.committed(positions, None, "commit_timeout")
+            raise  # 503 with Retry-After: the outcome is unknown, a retry with the same key is safe
         except StoreUnavailable as x:
             if spans is not None:
                 spans.committed(positions, None, "store_unavailable")
-            # Retryable as a whole: the publisher tries again shortly (503, Retry-After).
-            raise Unavailable(f"the events were not stored, the store is unavailable: {x}") from x
+            # Retryable as a whole: the publisher tries again shortly (503, Retry-After). A
+            # connection that broke after the commit was sent leaves the outcome unknown:
+            # only a retry with the same idempotency keys is safe.
+            raise Unavailable(
+                f"the store is unavailable ({x}): the events may have been stored; retry with the same "
+                "idempotency keys"
+            ) from x
+        except KeyTaken:
+            if spans is not None:
+                spans.committed(positions, None, "key_taken")
+            raise
+        except KeysFull as x:
+            if spans is not None:
+                spans.committed(positions, None, "keys_full")
+            for i, _ in accepted:
+                results[i] = err("Busy", str(x))
+            return results
         except StoreError as x:
             if spans is not None:
                 spans.committed(positions, None, "store_error")

@@ -13,7 +13,6 @@ anything.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -31,6 +30,7 @@ from ...core.wire import (
     err,
     ok,
 )
+from ...errors import LimitReached
 from ...store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
 from ._checks import (
     SYSTEM_REFUSAL,
@@ -42,8 +42,13 @@ from ._checks import (
 )
 from ._queries import RegistryQueries
 from ._registry import Registry, read_sub_config
+from ._reread import reread_publication, reread_subscription
 
 __all__ = ["Orchestrator", "RegistryListener"]
+
+_CAS_TRIES = 16
+"""Tries of a compare-and-set before an item is answered Busy (each lost try means
+another change of the same object landed meanwhile)."""
 
 
 class Authorizer(Protocol):
@@ -89,8 +94,16 @@ class Orchestrator(RegistryQueries):
         look_up: Callable[[Sequence[str], str | None], Awaitable[None]] | None = None,
         on_publication_changed: Callable[[str, str, str], None] = lambda action, namespace, principal: None,
         handshake: Callable[[str], Awaitable[str | None]] | None = None,
+        schemas_fresh: Callable[[], Awaitable[None]] | None = None,
+        now_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self._store = store
+        self._now_ns = now_ns
+        """The cluster's clock (``Broker.clock``): creation times, which users compare."""
+        self._schemas_fresh = schemas_fresh
+        """Brings the schema registry up to the store (``SchemaRegistry.refresh``): asked
+        before a binding is checked, so a schema registered through another broadcaster
+        a moment ago is known."""
         self._handshake = handshake
         """The CloudEvents webhook handshake with an endpoint (``broker.delivery.Handshake``)."""
         self._changed = on_publication_changed
@@ -100,12 +113,12 @@ class Orchestrator(RegistryQueries):
         """Reads publications this process does not know yet from the store (registered
         through another broadcaster a moment ago: ``broker.cluster.RegistrySync``)."""
         self.registry = registry
+        # The limits per principal (docs/security.md) are enforced by the store, in the
+        # insert's own atomic step: a count kept here would be this process's alone, and
+        # registrations through other broadcasters, or racing ones through this one,
+        # would pass it (docs/scaling.md, "Shared state: one truth").
         self._max_publications = max_publications
         self._max_subscriptions = max_subscriptions
-        # What each principal holds, for its limits (docs/security.md): kept up to date
-        # here rather than counted per registration, so a batch stays linear.
-        self._owned: Counter[str] = Counter()
-        self._subscribed: Counter[str] = Counter()
         self._url_problem = url_problem
         """The outbound policy's check of a URL at registration (docs/security.md)."""
         self._broadcaster_id = broadcaster_id
@@ -120,13 +133,6 @@ class Orchestrator(RegistryQueries):
 
     async def load(self) -> None:
         await self.registry.load(self._store)
-        self.recount()
-
-    def recount(self) -> None:
-        """Count what each principal holds, for its limits (after the registry changed
-        through another broadcaster)."""
-        self._owned = Counter(pub.owner for pub in self.registry.publications.values())
-        self._subscribed = Counter(sub.subscriber for sub in self.registry.subscriptions.values())
 
     # -- publications -----------------------------------------------------------------
 
@@ -143,24 +149,29 @@ class Orchestrator(RegistryQueries):
                 out.append(err("Unauthorized", SYSTEM_REFUSAL.format(reg.namespace)))
                 continue
             config = [list(p) for p in reg.config]
+            if self._schemas_fresh is not None and any(k == cfg.SCHEMA and v is not None for k, v in config):
+                await self._schemas_fresh()
             problem = self._config_problem(config) or await self._authorization_url_problem(config)
             if problem:
                 out.append(err("ImproperConfig", problem))
                 continue
             existing = self.publications.get(reg.namespace)
             created = False
-            if existing is None and not caller.admin and self._owned[caller.name] >= self._max_publications:
-                out.append(limit_reached(
-                    "publications", self._max_publications, "TIDINGS_MAX_PUBLICATIONS_PER_PRINCIPAL"
-                ))
-                continue
             if existing is None:
                 rec = PublicationRecord(
-                    namespace=reg.namespace, owner=caller.name, config=config, created_at=time.time_ns()
+                    namespace=reg.namespace, owner=caller.name, config=config, created_at=self._now_ns()
                 )
-                if await self._store.create_publication(rec, publisher=caller.name):
+                try:
+                    made = await self._store.create_publication(
+                        rec, publisher=caller.name, limit=None if caller.admin else self._max_publications
+                    )
+                except LimitReached:
+                    out.append(limit_reached(
+                        "publications", self._max_publications, "TIDINGS_MAX_PUBLICATIONS_PER_PRINCIPAL"
+                    ))
+                    continue
+                if made:
                     self.registry.set_publication(rec)
-                    self._owned[caller.name] += 1
                     created = True
             elif config and config != existing.config:
                 out.append(err(
@@ -189,32 +200,50 @@ class Orchestrator(RegistryQueries):
         await self.known([u.namespace for u in updates])
         out: list[ItemResult] = []
         for u in updates:
-            pub = self.publications.get(u.namespace)
-            if pub is None:  # deleted earlier in this batch
-                out.append(err("NotFound", f"no publication {u.namespace!r}"))
-                continue
-            if not self.controls_publication(caller, pub):
-                out.append(err("Unauthorized", f"{caller.name} is not a controller of {u.namespace!r}"))
-                continue
-            problem = check_values(u.config)
-            if problem:
-                out.append(err("ImproperConfig", problem))
-                continue
-            config = cfg.merge(pub.config, u.config)
-            # Only an update that (re)binds a schema is a binding; one that leaves the
-            # binding alone keeps it, usable or not (docs/schemas.md).
-            binds = any(k == cfg.SCHEMA and v is not None for k, v in u.config)
-            problem = self._config_problem(config, binds) or await self._authorization_url_problem(config)
-            if problem:
-                out.append(err("ImproperConfig", problem))
-                continue
-            rec = PublicationRecord(namespace=pub.namespace, owner=pub.owner, config=config, created_at=pub.created_at)
-            await self._store.update_publication(rec)
-            await self._keep_config_before(pub.namespace)
-            self.registry.set_publication(rec)
-            self._changed("publication:update", rec.namespace, caller.name)
-            out.append(ok(True))
+            # A compare-and-set on the stored record: a change made meanwhile (here or
+            # through another broadcaster) is read again and this one merged onto it,
+            # so neither is lost (docs/scaling.md, "Shared state").
+            for _ in range(_CAS_TRIES):
+                answer = await self._update_publication(caller, u)
+                if answer is not None:
+                    break
+                await reread_publication(self._store, self.registry, u.namespace)
+            else:
+                answer = err("Busy", f"publication {u.namespace!r} kept changing meanwhile; try again")
+            out.append(answer)
         return out
+
+    async def _update_publication(self, caller: PrincipalRecord, u: PublicationUpdate) -> ItemResult | None:
+        """One try of an update: its answer, or None if the stored record changed meanwhile."""
+        pub = self.publications.get(u.namespace)
+        if pub is None:  # deleted earlier in this batch, or meanwhile
+            return err("NotFound", f"no publication {u.namespace!r}")
+        if not self.controls_publication(caller, pub):
+            return err("Unauthorized", f"{caller.name} is not a controller of {u.namespace!r}")
+        problem = check_values(u.config)
+        if problem:
+            return err("ImproperConfig", problem)
+        config = cfg.merge(pub.config, u.config)
+        # Only an update that (re)binds a schema is a binding; one that leaves the
+        # binding alone keeps it, usable or not (docs/schemas.md).
+        binds = any(k == cfg.SCHEMA and v is not None for k, v in u.config)
+        if binds and self._schemas_fresh is not None:
+            await self._schemas_fresh()  # a schema registered through another broadcaster a moment ago
+        problem = self._config_problem(config, binds) or await self._authorization_url_problem(config)
+        if problem:
+            return err("ImproperConfig", problem)
+        rec = PublicationRecord(namespace=pub.namespace, owner=pub.owner, config=config, created_at=pub.created_at)
+        before = self.pub_configs[pub.namespace]
+        if not await self._store.update_publication(rec, expected=pub):
+            return None
+        # A later change may have been applied here while this one was written (a change
+        # that lost its compare-and-set to this one reads it back and goes on from it):
+        # then this one is in it already, and is not set back over it.
+        if self.publications.get(pub.namespace) is pub:
+            self.registry.set_publication(rec)
+        await self._keep_config_before(pub.namespace, before)
+        self._changed("publication:update", rec.namespace, caller.name)
+        return ok(True)
 
     async def _authorization_url_problem(self, config: list[Any]) -> str | None:
         return await url_problem(self._url_problem, cfg.PublicationConfig.read(config).authorization_url,
@@ -240,20 +269,19 @@ class Orchestrator(RegistryQueries):
             for sub_id in await self._store.delete_publication(ns):
                 self._forget_subscription(sub_id)
             self.registry.drop_publication(ns)
-            self._owned[pub.owner] -= 1
             self._changed("publication:remove", ns, caller.name)
             out.append(ok(True))
         return out
 
-    async def _keep_config_before(self, namespace: str) -> None:
-        """Before a publication's config changes: remember the old one for the events
-        published so far, and forget what every subscription has passed."""
+    async def _keep_config_before(self, namespace: str, before: cfg.PublicationConfig) -> None:
+        """As a publication's config changes: remember the old one, ``before``, for the
+        events published so far, and forget what every subscription has passed."""
         history = self.registry.configs_before.get(namespace, [])
         passed = self.listener.sent_position(namespace) if self.listener is not None else None
         history = [h for h in history if passed is not None and h[0] > passed]
         head = await self._store.head()
         if passed is not None and head > passed:
-            history.append((head, self.pub_configs[namespace]))
+            history.append((head, before))
         if history:
             self.registry.configs_before[namespace] = history
         else:
@@ -276,11 +304,6 @@ class Orchestrator(RegistryQueries):
             ) or await self._endpoint_problem(reg.endpoint)
             if problem:
                 out.append(err("ImproperConfig", problem))
-                continue
-            if not caller.admin and self._subscribed[caller.name] >= self._max_subscriptions:
-                out.append(limit_reached(
-                    "subscriptions", self._max_subscriptions, "TIDINGS_MAX_SUBSCRIPTIONS_PER_PRINCIPAL"
-                ))
                 continue
             if is_system(reg.namespace) and not caller.admin:
                 out.append(err("Unauthorized", SYSTEM_REFUSAL.format(reg.namespace) + "; admins may subscribe"))
@@ -328,14 +351,19 @@ class Orchestrator(RegistryQueries):
                 if denied is not None:
                     out.append(denied)
                     continue
-            rec = await self._store.create_subscription(SubscriptionRecord(
-                id=0, subscriber=caller.name, namespace=reg.namespace, endpoint=reg.endpoint,
-                mode=reg.mode, config=config, created_at=time.time_ns(),
-            ))
+            try:
+                rec = await self._store.create_subscription(SubscriptionRecord(
+                    id=0, subscriber=caller.name, namespace=reg.namespace, endpoint=reg.endpoint,
+                    mode=reg.mode, config=config, created_at=self._now_ns(),
+                ), limit=None if caller.admin else self._max_subscriptions)
+            except LimitReached:
+                out.append(limit_reached(
+                    "subscriptions", self._max_subscriptions, "TIDINGS_MAX_SUBSCRIPTIONS_PER_PRINCIPAL"
+                ))
+                continue
             if self.on_subscription_created is not None:
                 await self.on_subscription_created(rec, reg.secret)
             self.subscriptions[rec.id] = rec
-            self._subscribed[rec.subscriber] += 1
             self.sub_configs[rec.id] = conf
             if self.listener is not None:
                 self.listener.subscription_added(rec)
@@ -347,54 +375,68 @@ class Orchestrator(RegistryQueries):
     ) -> list[ItemResult]:
         out: list[ItemResult] = []
         for u in updates:
-            sub = self.subscriptions.get(u.id)
-            if sub is None:
-                out.append(err("NotFound", f"no subscription {u.id}"))
-                continue
-            if not self.controls_subscription(caller, sub):
-                out.append(err("Unauthorized", f"{caller.name} is not a controller of subscription {u.id}"))
-                continue
-            problem = check_values(u.config) or (
-                endpoint_error(u.endpoint, sub.subscriber) if u.endpoint is not None else None
-            ) or await self._endpoint_problem(u.endpoint)
-            if problem:
-                out.append(err("ImproperConfig", problem))
-                continue
-            config = cfg.merge(sub.config, u.config)
-            try:
-                conf = read_sub_config(config, strict=True)
-            except cfg.ImproperConfig as e:
-                out.append(err("ImproperConfig", str(e)))
-                continue
-            moved = u.endpoint is not None and u.endpoint != sub.endpoint
-            if moved or not self.sub_configs[sub.id].handshake:
-                refused = await self._handshake_problem(conf, u.endpoint or sub.endpoint)
-                if refused is not None:
-                    out.append(err("ImproperConfig", refused))
-                    continue
-            if (moved or u.authInfo is not UNSET) and self.authorizer is not None and not is_pattern(sub.namespace):
-                # The publisher approved a subscriber at an address with some credentials:
-                # a new address or new credentials are a new request (XEP-0021 §4.3).
-                denied = await self.authorizer.authorize(
-                    self.pub_configs[sub.namespace], sub.namespace, sub.subscriber,
-                    None if u.authInfo is UNSET else u.authInfo, u.endpoint or sub.endpoint,
-                )
-                if denied is not None:
-                    out.append(denied)
-                    continue
-            started = self.sub_configs[sub.id].stopped and not conf.stopped
-            rec = SubscriptionRecord(
-                id=sub.id, subscriber=sub.subscriber, namespace=sub.namespace,
-                endpoint=u.endpoint or sub.endpoint, mode=u.mode or sub.mode, config=config,
-                cursor=sub.cursor, created_at=sub.created_at,
-            )
-            await self._store.update_subscription(rec)
-            self.subscriptions[rec.id] = rec
-            self.sub_configs[rec.id] = conf
-            if self.listener is not None:
-                self.listener.subscription_changed(rec, started=started)
-            out.append(ok(True))
+            for _ in range(_CAS_TRIES):  # a compare-and-set, as for publications
+                answer = await self._update_subscription(caller, u)
+                if answer is not None:
+                    break
+                await reread_subscription(self._store, self.registry, self.listener, u.id)
+            else:
+                answer = err("Busy", f"subscription {u.id} kept changing meanwhile; try again")
+            out.append(answer)
         return out
+
+    async def _update_subscription(self, caller: PrincipalRecord, u: SubscriptionUpdate) -> ItemResult | None:
+        """One try of an update: its answer, or None if the stored record changed meanwhile."""
+        sub = self.subscriptions.get(u.id)
+        if sub is None:
+            return err("NotFound", f"no subscription {u.id}")
+        if not self.controls_subscription(caller, sub):
+            return err("Unauthorized", f"{caller.name} is not a controller of subscription {u.id}")
+        problem = check_values(u.config) or (
+            endpoint_error(u.endpoint, sub.subscriber) if u.endpoint is not None else None
+        ) or await self._endpoint_problem(u.endpoint)
+        if problem:
+            return err("ImproperConfig", problem)
+        config = cfg.merge(sub.config, u.config)
+        try:
+            conf = read_sub_config(config, strict=True)
+        except cfg.ImproperConfig as e:
+            return err("ImproperConfig", str(e))
+        moved = u.endpoint is not None and u.endpoint != sub.endpoint
+        old_conf = self.sub_configs.get(sub.id)
+        if moved or old_conf is None or not old_conf.handshake:
+            refused = await self._handshake_problem(conf, u.endpoint or sub.endpoint)
+            if refused is not None:
+                return err("ImproperConfig", refused)
+        if (moved or u.authInfo is not UNSET) and self.authorizer is not None and not is_pattern(sub.namespace):
+            pub_conf = self.pub_configs.get(sub.namespace)
+            if pub_conf is None:
+                return err("NotFound", f"no publication {sub.namespace!r}")
+            # The publisher approved a subscriber at an address with some credentials:
+            # a new address or new credentials are a new request (XEP-0021 §4.3).
+            denied = await self.authorizer.authorize(
+                pub_conf, sub.namespace, sub.subscriber,
+                None if u.authInfo is UNSET else u.authInfo, u.endpoint or sub.endpoint,
+            )
+            if denied is not None:
+                return denied
+        rec = SubscriptionRecord(
+            id=sub.id, subscriber=sub.subscriber, namespace=sub.namespace,
+            endpoint=u.endpoint or sub.endpoint, mode=u.mode or sub.mode, config=config,
+            cursor=sub.cursor, created_at=sub.created_at,
+        )
+        if not await self._store.update_subscription(rec, expected=sub):
+            return None
+        if self.subscriptions.get(rec.id) is not sub:
+            return ok(True)  # a later change, made on top of this one, was applied here meanwhile
+        # Read after the awaits: the subscription may have been stopped or started meanwhile.
+        current = self.sub_configs.get(rec.id)
+        started = current is not None and current.stopped and not conf.stopped
+        self.subscriptions[rec.id] = rec
+        self.sub_configs[rec.id] = conf
+        if self.listener is not None:
+            self.listener.subscription_changed(rec, started=started)
+        return ok(True)
 
     async def _handshake_problem(self, conf: cfg.SubscriptionConfig, endpoint: str | None) -> str | None:
         if not conf.handshake or self._handshake is None or endpoint is None or not endpoint.startswith("http"):
@@ -429,7 +471,5 @@ class Orchestrator(RegistryQueries):
     def _forget_subscription(self, sub_id: int) -> None:
         if self.listener is not None:  # told first: it may look up what the subscription was
             self.listener.subscription_removed(sub_id)
-        gone = self.subscriptions.pop(sub_id, None)
-        if gone is not None:
-            self._subscribed[gone.subscriber] -= 1
+        self.subscriptions.pop(sub_id, None)
         self.sub_configs.pop(sub_id, None)

@@ -27,6 +27,8 @@ from ._registry import Registry
 
 __all__ = ["RegistryQueries", "stats_map", "take_of"]
 
+_PAGE = 500
+
 DEFAULT_TAKE = 100
 MAX_TAKE = 1000
 
@@ -124,15 +126,16 @@ class RegistryQueries:
     async def get_publications(self, q: InfoQuery) -> list[PublicationInfo]:
         # The control plane's publications are the service's own: an operator reads them
         # by name (docs/scaling.md), and they are never listed among the users' ones.
-        names = sorted(
-            ns for ns in self.registry.publications if (q.prev is None or ns > q.prev) and not is_system(ns)
-        )[: take_of(q.take)]
+        # Listed from the store, the one truth: a publication registered or deleted
+        # through another broadcaster a moment ago is answered as it is, not as this
+        # one's copy has it until the signal arrives (docs/scaling.md, "Shared state").
+        pubs = [(p.namespace, p) for p in await self._stored_publications(q.prev, take_of(q.take))]
         out = []
         listener = self.listener
         elsewhere_subs = [s for s in self.registry.subscriptions.values()
                           if listener is not None and not listener.delivers(s.id)]
         away: dict[int, int] | None = None  # their stored cursors, read once if needed
-        for ns in names:
+        for ns, pub in pubs:
             stats = {"icrc72:publication:stats:publishers": len(self.registry.publishers.get(ns, ())),
                      "icrc72:publication:stats:events": 0,
                      "icrc72:publication:stats:events:sent": 0,
@@ -151,9 +154,30 @@ class RegistryQueries:
             entries = stats_map(stats, q.statsFilter)
             entries.extend(stats_map(self._schema_status(ns), q.statsFilter))
             out.append(PublicationInfo(
-                namespace=ns, config=cfg.public_config(self.registry.publications[ns].config), stats=entries,
+                namespace=ns, config=cfg.public_config(pub.config), stats=entries,
             ))
         return out
+
+    async def _stored_publications(self, prev: str | None, take: int) -> list[PublicationRecord]:
+        out: list[PublicationRecord] = []
+        while len(out) < take:
+            page = await self._store.list_publications(after=prev, limit=_PAGE)
+            out.extend(p for p in page if not is_system(p.namespace))
+            if len(page) < _PAGE:
+                break
+            prev = page[-1].namespace
+        return out[:take]
+
+    async def _stored_subscriptions(self, q: SubscriptionQuery, only: set[int] | None) -> list[SubscriptionRecord]:
+        take, prev = take_of(q.take), q.prev
+        out: list[SubscriptionRecord] = []
+        while len(out) < take:
+            page = await self._store.list_subscriptions(namespace=q.namespace, after=prev, limit=_PAGE)
+            out.extend(s for s in page if only is None or s.id in only)
+            if len(page) < _PAGE:
+                break
+            prev = page[-1].id
+        return out[:take]
 
     def _schema_status(self, namespace: str) -> dict[str, Any]:
         """A bound publication's schema as publishing sees it now: whether its events are
@@ -186,7 +210,8 @@ class RegistryQueries:
         active: dict[str, int] = defaultdict(int)
         for s in self.registry.subscriptions.values():
             total[s.subscriber] += 1
-            active[s.subscriber] += not self.registry.sub_configs[s.id].stopped
+            conf = self.registry.sub_configs.get(s.id)
+            active[s.subscriber] += conf is not None and not conf.stopped
         known = set(total) | set(await self._store.stat_keys("subscriber"))
         names = sorted(p for p in known if q.prev is None or p > q.prev)[: take_of(q.take)]
         out = []
@@ -207,14 +232,11 @@ class RegistryQueries:
         """``only``: of these ids (a broadcaster's, ``broker.publish``)."""
         if q.namespace is not None and not is_pattern(q.namespace):
             self.registry.require_namespaces([q.namespace])
-        ids = sorted(
-            i for i, s in self.registry.subscriptions.items()
-            if (q.prev is None or i > q.prev) and (q.namespace is None or s.namespace == q.namespace)
-            and (only is None or i in only)
-        )[: take_of(q.take)]
+        # Listed from the store, as publications are; a subscription deleted after the
+        # listing is answered as it was when listed.
+        subs = [(s.id, s) for s in await self._stored_subscriptions(q, only)]
         out = []
-        for i in ids:
-            s = self.registry.subscriptions[i]
+        for i, s in subs:
             stats = {"icrc72:subscription:stats:notifications": 0,
                      "icrc72:subscription:stats:confirmations": 0,
                      "icrc72:subscription:stats:cyclesPaid": 0,

@@ -23,7 +23,6 @@ import binascii
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Sequence
 
 from ...core import config as cfg
@@ -41,7 +40,7 @@ from ...core.wire_replay import (
     replay_err,
     replay_ok,
 )
-from ...errors import Forbidden, LeaseLost, StoreUnavailable, Unavailable
+from ...errors import Forbidden, LeaseLost, LimitReached, StoreError, StoreUnavailable, Unavailable
 from ...settings import Settings
 from ...store import InsufficientCredit, PrincipalRecord, ReplayRecord, Store, SubscriptionRecord
 from ..delivery import Delivery
@@ -80,7 +79,7 @@ class Replays:
         self.source = ReplaySource(store, settings)
         self._stop: set[int] = set()
         """Replays canceled or ended from outside while their task runs."""
-        self._sender = RangeSender(orchestrator, self.source, settings, self._stop)
+        self._sender = RangeSender(orchestrator, self.source, settings, self._stop, clock=delivery.now_ns)
         self._active: dict[int, ReplayRecord] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._flights: dict[int, InFlight] = {}
@@ -101,7 +100,13 @@ class Replays:
             try:
                 while True:
                     await asyncio.sleep(_SWEEP_S)
-                    await self._sweep()
+                    try:
+                        await self._sweep()
+                    except StoreError:
+                        # The store stalls, restarts or fails over: the next round sweeps (its
+                        # outage is logged once, by the store). Raised, it would end every
+                        # replay's task with this loop's TaskGroup.
+                        continue
             finally:
                 self._tg = None
                 for t in self._tasks.values():
@@ -256,12 +261,25 @@ class Replays:
                     f"replaying [{lo}, {hi}) of {ns!r} costs up to {cost}{unit} ({hi - lo} events at {price} each); "
                     f"{caller.name}'s credit is {balance}, of which {reserved} is held by active replays"
                 ))
-        now = time.time_ns()
-        rec = await self._store.create_replay(ReplayRecord(
-            requester=caller.name, namespace=ns, subscription_id=target.id, from_id=lo, to_id=hi,
-            open_end=end is None, config=[list(p) for p in reg.config], memo=reg.memo, state="pending",
-            position=lo - 1, expected=hi - lo, price=price, created_at=now, updated_at=now,
-        ))
+        now = self._delivery.now_ns()
+        try:
+            # The count above is this moment's; the store's, taken with the insert, is the
+            # one that holds when replays are registered at once through several members.
+            rec = await self._store.create_replay(ReplayRecord(
+                requester=caller.name, namespace=ns, subscription_id=target.id, from_id=lo, to_id=hi,
+                open_end=end is None, config=[list(p) for p in reg.config], memo=reg.memo, state="pending",
+                position=lo - 1, expected=hi - lo, price=price, created_at=now, updated_at=now,
+            ), limit=self._settings.replay_max_per_principal, total=self._settings.replay_max_concurrent)
+        except LimitReached as e:
+            if e.everyone:
+                return replay_err("GenericError", GenericError(TOO_MANY_CONCURRENT, (
+                    f"busy: {self._settings.replay_max_concurrent} replays are pending or running (registered "
+                    "meanwhile); try again later"
+                )))
+            return replay_err("GenericError", GenericError(TOO_MANY_FOR_PRINCIPAL, (
+                f"busy: {caller.name} has {self._settings.replay_max_per_principal} replays pending or running "
+                "(registered meanwhile); cancel one or wait"
+            )))
         self._active[rec.id] = rec
         self._start(rec)
         return replay_ok(rec.id)
@@ -286,13 +304,13 @@ class Replays:
             await self._finish(rid, "errored", f"{type(e).__name__}: {e}")
 
     async def _finish(self, rid: int, state: str, detail: str = "") -> None:
-        await self._store.move_replay(rid, state, detail=detail, from_states=rules.ACTIVE, now=time.time_ns())
+        await self._store.move_replay(rid, state, detail=detail, from_states=rules.ACTIVE, now=self._delivery.now_ns())
         self._active.pop(rid, None)
         self._stop.discard(rid)
 
     async def _run_one(self, rid: int) -> None:
         rec = await self._store.move_replay(
-            rid, "running", from_states=["pending", "running"], now=time.time_ns()
+            rid, "running", from_states=["pending", "running"], now=self._delivery.now_ns()
         )
         if rec is None:  # canceled before it started
             self._active.pop(rid, None)
@@ -348,7 +366,9 @@ class Replays:
         return problem
 
     async def _move_from_outside(self, rid: int, state: str, detail: str = "") -> ReplayRecord | None:
-        moved = await self._store.move_replay(rid, state, detail=detail, from_states=rules.ACTIVE, now=time.time_ns())
+        moved = await self._store.move_replay(
+            rid, state, detail=detail, from_states=rules.ACTIVE, now=self._delivery.now_ns()
+        )
         if moved is not None:
             if rid in self._tasks:
                 self._stop.add(rid)

@@ -4,7 +4,7 @@ the batches to :class:`~._flow.InFlight` (:mod:`._replays`)."""
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -24,7 +24,12 @@ _decode = msgspec.json.Decoder().decode
 
 
 class RangeSender:
-    def __init__(self, orchestrator: Orchestrator, source: ReplaySource, settings: Settings, stop: set[int]) -> None:
+    def __init__(
+        self, orchestrator: Orchestrator, source: ReplaySource, settings: Settings, stop: set[int], *,
+        clock: Callable[[], int],
+    ) -> None:
+        self._clock = clock
+        """The broker's clock (``core.clock``): what a recorded notification's age counts from."""
         self._orch = orchestrator
         self._source = source
         self._settings = settings
@@ -68,7 +73,7 @@ class RangeSender:
             direct = sub.mode == "trusted" and rec.price == 0  # nothing to charge before the push
             for k, batch in enumerate(batches):
                 at = upto if k == len(batches) - 1 else batch[-1].id
-                now = time.time_ns()
+                now = self._clock()
                 # The next batch is read and recorded (or its ids computed) while this one is pushed.
                 sent = await (inflight.send_direct if direct else inflight.send)(sub, batch, at, now)
                 if sent is None:  # canceled (then nothing changes), or the subscription went

@@ -12,6 +12,10 @@ broker filters can select on ``eventType``. One namespace keeps event types free
 namespace syntax and lets one subscription follow them all. Reading back, ``id`` is the
 broker's event id, ``timestamp`` its time in milliseconds, ``network`` this network.
 
+Publishing: each event's idempotency key is ``dlt:`` and the SHA-256 of its global id
+(from its ``dataLocation``), so an outbox sent again after a crash or a lost answer stores nothing
+twice in the broker (within the publication's deduplication window) and counts as sent.
+
 Following: one subscription pushing to the distributor's push endpoint (its id is kept
 in the distributor's state, so a restart re-attaches instead of subscribing twice).
 The broker's reliable delivery holds the events while the distributor is away. With
@@ -21,6 +25,7 @@ events published before the subscription existed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -29,7 +34,7 @@ from starlette.routing import Mount
 
 from ...client import ClientError, Publisher, Subscriber, to_python
 from ...client import EventNotification as BrokerNotification
-from ...core.interchain import DltPublish, NetworkNotification, notification_of
+from ...core.interchain import DltPublish, NetworkNotification, global_id, notification_of
 from ..errors import NetworkUnavailable
 from ._base import Deliver, Network
 
@@ -43,6 +48,15 @@ def _body_of(data: Any) -> DltPublish | None:
         return msgspec.convert(data, DltPublish)
     except msgspec.ValidationError:
         return None
+
+
+def _key_of(event: DltPublish) -> str | None:
+    try:
+        gid = global_id(event.dataLocation)
+    except ValueError:  # not a hashlink: the SDK gives the event a key of its own
+        return None
+    # Hashed: a global id may be longer than a key may be, or hold control characters.
+    return "dlt:" + hashlib.sha256(gid.encode()).hexdigest()
 
 
 class BrokerNetwork(Network):
@@ -76,14 +90,14 @@ class BrokerNetwork(Network):
     async def publish(self, event: DltPublish) -> None:
         await self._register()
         try:
-            await self._pub.publish(self.namespace, msgspec.to_builtins(event))
+            await self._pub.publish(self.namespace, msgspec.to_builtins(event), key=_key_of(event))
         except ClientError as e:
             raise NetworkUnavailable(f"{self.name}: publish: {e}") from e
 
     async def publish_many(self, events: list[DltPublish]) -> int:
         """One ``icrc72_publish`` call for the whole batch; the leading ``Ok`` items count."""
         await self._register()
-        batch = [Publisher.event(self.namespace, msgspec.to_builtins(e)) for e in events]
+        batch = [Publisher.event(self.namespace, msgspec.to_builtins(e), key=_key_of(e)) for e in events]
         try:
             results = await self._pub.publish_batch(batch)
         except ClientError as e:
