@@ -23,7 +23,7 @@ from ...core.wire import (
     SubscriptionQuery,
 )
 from ...store import PrincipalRecord, PublicationRecord, Store, SubscriptionRecord
-from ._registry import Registry
+from ._registry import Registry, read_sub_config
 
 __all__ = ["RegistryQueries", "stats_map", "take_of"]
 
@@ -130,13 +130,17 @@ class RegistryQueries:
         # through another broadcaster a moment ago is answered as it is, not as this
         # one's copy has it until the signal arrives (docs/scaling.md, "Shared state").
         pubs = [(p.namespace, p) for p in await self._stored_publications(q.prev, take_of(q.take))]
+        publishers: dict[str, int] = defaultdict(int)
+        if pubs:
+            for ns, _ in await self._store.list_publishers():
+                publishers[ns] += 1
         out = []
         listener = self.listener
         elsewhere_subs = [s for s in self.registry.subscriptions.values()
                           if listener is not None and not listener.delivers(s.id)]
         away: dict[int, int] | None = None  # their stored cursors, read once if needed
         for ns, pub in pubs:
-            stats = {"icrc72:publication:stats:publishers": len(self.registry.publishers.get(ns, ())),
+            stats = {"icrc72:publication:stats:publishers": publishers[ns],
                      "icrc72:publication:stats:events": 0,
                      "icrc72:publication:stats:events:sent": 0,
                      "icrc72:publication:stats:notifications": 0,
@@ -192,9 +196,8 @@ class RegistryQueries:
 
     async def get_publishers(self, q: InfoQuery) -> list[PublisherInfo]:
         counts: dict[str, int] = defaultdict(int)
-        for principals in self.registry.publishers.values():
-            for p in principals:
-                counts[p] += 1
+        for _, p in await self._store.list_publishers():  # the store's, as every listing
+            counts[p] += 1
         names = sorted(p for p in counts if q.prev is None or p > q.prev)[: take_of(q.take)]
         out = []
         for p in names:
@@ -208,10 +211,9 @@ class RegistryQueries:
     async def get_subscribers(self, q: InfoQuery) -> list[SubscriberInfo]:
         total: dict[str, int] = defaultdict(int)
         active: dict[str, int] = defaultdict(int)
-        for s in self.registry.subscriptions.values():
+        for s in await self._store.list_subscriptions():  # the store's, as every listing
             total[s.subscriber] += 1
-            conf = self.registry.sub_configs.get(s.id)
-            active[s.subscriber] += conf is not None and not conf.stopped
+            active[s.subscriber] += not read_sub_config(s.config).stopped
         known = set(total) | set(await self._store.stat_keys("subscriber"))
         names = sorted(p for p in known if q.prev is None or p > q.prev)[: take_of(q.take)]
         out = []
@@ -231,7 +233,7 @@ class RegistryQueries:
     ) -> list[SubscriptionInfo]:
         """``only``: of these ids (a broadcaster's, ``broker.publish``)."""
         if q.namespace is not None and not is_pattern(q.namespace):
-            self.registry.require_namespaces([q.namespace])
+            await self.known([q.namespace])  # registered elsewhere a moment ago: read, then refused
         # Listed from the store, as publications are; a subscription deleted after the
         # listing is answered as it was when listed.
         subs = [(s.id, s) for s in await self._stored_subscriptions(q, only)]
