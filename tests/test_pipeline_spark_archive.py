@@ -168,9 +168,10 @@ def one_line(stderr: str, code: str) -> None:
 
 
 def _without_daemon_noise(lines: list[str]) -> list[str]:
-    """Leave out a ``BrokenPipeError`` that PySpark's worker daemon (an executor's process,
-    like the JVM that prints as it starts) writes when the job it served is aborted: it is
-    not the job's word, and the job cannot silence a process of Spark's."""
+    """Leave out a ``BrokenPipeError`` or ``ConnectionResetError`` that PySpark's worker
+    daemon (an executor's process, like the JVM that prints as it starts) writes when the
+    job it served is aborted mid-handshake: it is not the job's word, and the job cannot
+    silence a process of Spark's (seen in CI: both, by when the abort comes)."""
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -180,7 +181,7 @@ def _without_daemon_noise(lines: list[str]) -> list[str]:
                 j += 1
             block = lines[i:j + 1]
             daemon = any("pyspark/daemon.py" in x for x in block)
-            if j < len(lines) and lines[j].startswith("BrokenPipeError") and daemon:
+            if j < len(lines) and lines[j].startswith(("BrokenPipeError", "ConnectionResetError")) and daemon:
                 i = j + 1
                 continue
         out.append(lines[i])
