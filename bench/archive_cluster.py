@@ -24,13 +24,14 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from bench._harness import free_port
 
 T0 = 1_767_225_600 * 10**9
 FILL = """
@@ -43,12 +44,6 @@ SELECT s, 'bench.ns' || ((s - 1) % 4), (s - 1) / 4 + 1, NULLIF((s - 1) / 4, 0), 
                          (s - 1) / 4 + 1, s % 9973, s * 7 % 100000, s), 'UTF8')
 FROM generate_series(1::bigint, {events}) s
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def psql(url: str, sql: str) -> None:
