@@ -37,12 +37,13 @@ EVENT = {"namespace": "bench.tp", "data": {"Map": [["i", {"Nat": 1}], ["name", {
 async def throughput(srv: Server, clients: int, batch: int, seconds: float,
                      event: dict[str, Any] | None = None, schema: tuple[str, Any] | None = None,
                      subscription_filter: str | None = None, others: Sequence[Server] = (),
-                     keyed: bool = False) -> dict[str, float]:
+                     keyed: bool = False, round_: int = 0) -> dict[str, float]:
     """``clients`` concurrent publishers posting ``batch`` copies of ``event`` (namespace
     ``bench.tp``) per request for ``seconds``; counts the events answered ``Ok``. With
     ``schema`` (format, model), the publication is bound to it and every event validated.
     With ``others`` (broadcasters sharing ``srv``'s store), the clients are spread over all.
-    ``keyed``: each event has an idempotency key of its own (as the SDK sends them)."""
+    ``keyed``: each event has an idempotency key of its own (as the SDK sends them), unique
+    per ``round_`` (a server measured again takes the next round)."""
     event = EVENT if event is None else event
     headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
     conn = aiohttp.TCPConnector(limit=clients)
@@ -62,7 +63,7 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
             await post(s, srv.url, "icrc72_register_subscription", json.dumps(sub).encode())
         body = json.dumps([event] * batch).encode()
         # A keyed event: the event's JSON with a key spliced in before its closing brace,
-        # 36 characters as a UUID's, unique per client, request and position.
+        # 36 characters as a UUID's, unique per round, client, request and position.
         head = json.dumps(event).encode()[:-1] + b', "idempotencyKey": "'
         count = 0
         stop = time.monotonic() + seconds
@@ -73,7 +74,8 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
             while time.monotonic() < stop:
                 if keyed:
                     n += 1
-                    data = b"[" + b",".join(head + b"%08d-%08d-%018d\"}" % (k, n, i) for i in range(batch)) + b"]"
+                    data = b"[" + b",".join(head + b"%04d%04d-%08d-%018d\"}" % (round_, k, n, i)
+                                            for i in range(batch)) + b"]"
                 else:
                     data = body
                 out = json.loads(await post(s, url, "icrc72_publish", data))
@@ -86,6 +88,27 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
         if sink is not None:
             await sink[0].cleanup()
     return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed)}
+
+
+async def alternated(a: Server, b: Server, clients: int, batch: int, seconds: float,
+                     slices: int = 4) -> tuple[dict[str, float], dict[str, float]]:
+    """Plain publishes to ``a`` and keyed ones to ``b``, in ``slices`` alternating slices of
+    ``seconds / slices`` each (both servers started beforehand): each figure is the
+    events over the time of its own slices. Two runs one after the other saw the host's
+    speed change between them by tens of percent; slices alternated see the same host."""
+    per = seconds / slices
+    got: dict[bool, list[float]] = {False: [0, 0.0], True: [0, 0.0]}
+    for r in range(slices):
+        for srv, keyed in ((a, False), (b, True)) if r % 2 == 0 else ((b, True), (a, False)):
+            d = await throughput(srv, clients, batch, per, event=EVENT, keyed=keyed, round_=r)
+            got[keyed][0] += d["events"]
+            got[keyed][1] += d["seconds"]
+
+    def fig(keyed: bool) -> dict[str, float]:
+        n, t = got[keyed]
+        return {"events": n, "seconds": round(t, 2), "events_per_s": round(n / t)}
+
+    return fig(False), fig(True)
 
 
 async def _sink() -> tuple[Any, str]:

@@ -1,15 +1,18 @@
-"""The SQLite store's idempotency keys live in their events' rows and are found through the
-writer's in-memory index (``store/_sqlite_keys``). Against a model, through every path
-that can make that index disagree with the rows: keys whose hashes collide (the index
-is given a bad hash), the same key taken again after its window, events deleted while
-their keys live (retention, and the archive through its own connection), the reclaimer,
-and a restart that rebuilds the index from the rows."""
+"""Idempotency keys live in their events' rows, on SQLite and on PostgreSQL. On SQLite they
+are found through the writer's in-memory index (``store/_sqlite_keys``); on PostgreSQL
+through a unique partial index, with spans for the reclaimer (``store/_pg_keyed_events``).
+Against a model, through every path that can make what a store finds disagree with the
+rows: keys whose hashes collide (SQLite's index is given a bad hash), the same key taken
+again after its window, events deleted while their keys live (retention, and the
+archive through its own connection), the reclaimer, and a restart (which rebuilds
+SQLite's index from the rows)."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tidings.errors import KeyTaken
-from tidings.store import NewEvent, SQLiteStore, _sqlite_keys
+from tidings.store import NewEvent, PostgresStore, SQLiteStore, Store, _sqlite_keys
+
+from .pg_support import fresh_schema
 
 NS = "keys.idx"
 _KEYS = ["a", "b", "c", "dd", "eee"]
@@ -33,8 +38,12 @@ _op = st.one_of(
 )
 
 
-async def _check(ops: list[tuple[str, Any]], path: Path) -> None:
-    store = SQLiteStore(path)
+async def _check(
+    ops: list[tuple[str, Any]], make: Callable[[], Store], delete_behind: Callable[[], Awaitable[None]]
+) -> None:
+    """``make``: a store on the same database each time; ``delete_behind``: delete every
+    event of the namespace but the log's last through a connection of its own."""
+    store = make()
     await store.open()
     now = 1_000
     rows: dict[str, tuple[int, int, bytes]] = {}  # key -> (event id, expires, fingerprint): its row, live or not
@@ -65,14 +74,10 @@ async def _check(ops: list[tuple[str, Any]], path: Path) -> None:
             elif what == "trim" and arg == "retention":
                 await store.trim_events(NS, now + 1)
             elif what == "trim":  # the archive deletes through a connection of its own
-                conn = sqlite3.connect(path)
-                with conn:
-                    conn.execute("DELETE FROM events WHERE namespace = ? AND seq < (SELECT MAX(seq) FROM events)",
-                                 (NS,))
-                conn.close()
+                await delete_behind()
             else:
                 await store.close()
-                store = SQLiteStore(path)
+                store = make()
                 await store.open()
             held = await store.find_keys([(NS, k) for k in _KEYS], now)
             live = {k: r for k, r in rows.items() if r[1] > now}
@@ -101,7 +106,44 @@ def test_the_key_index_answers_as_the_rows_do(ops: list[tuple[str, Any]], bad_ha
     if bad_hash:  # two hashes for five keys: every lookup meets another key's entry
         monkeypatch.setattr(_sqlite_keys, "_hash", lambda k: len(k[1]) % 2)
     with tempfile.TemporaryDirectory() as d:
-        asyncio.run(_check(ops, Path(d) / "t.db"))
+        path = Path(d) / "t.db"
+
+        async def delete_behind() -> None:
+            conn = sqlite3.connect(path)
+            with conn:
+                conn.execute("DELETE FROM events WHERE namespace = ? AND seq < (SELECT MAX(seq) FROM events)", (NS,))
+            conn.close()
+
+        asyncio.run(_check(ops, lambda: SQLiteStore(path), delete_behind))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_op, min_size=1, max_size=14))
+@example(ops=[("append", [("a", 1), ("b", 1)]), ("wait", 1), ("trim", "retention"), ("append", [("a", 1)]),
+              ("expire", 0)])
+@example(ops=[("append", [("a", 1), ("b", 4)]), ("trim", "archive"), ("wait", 2), ("append", [("a", 3)]),
+              ("append", [("b", 1)]), ("wait", 3), ("expire", 0)])
+# Past its window a key whose row the reclaimer has not cleared yet names a new event.
+@example(ops=[("append", [("a", 1)]), ("wait", 2), ("append", [("a", 2), ("c", 1)]), ("expire", 0)])
+def test_postgresql_keys_in_their_rows_answer_as_the_rows_do(ops: list[tuple[str, Any]], pg_database: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        async with fresh_schema(pg_database) as schema:
+            settings_ = {"search_path": schema}
+
+            async def delete_behind() -> None:
+                conn = await asyncpg.connect(pg_database, server_settings=settings_)
+                try:
+                    await conn.execute(
+                        "DELETE FROM events WHERE namespace = $1 AND seq < (SELECT MAX(seq) FROM events)", NS)
+                finally:
+                    await conn.close()
+
+            await _check(ops, lambda: PostgresStore(pg_database, server_settings=settings_), delete_behind)
+
+    asyncio.run(run())
 
 
 async def test_a_store_of_version_2_keeps_its_live_keys(tmp_path: Path) -> None:

@@ -25,9 +25,10 @@ from collections.abc import Iterable, Sequence
 
 import asyncpg
 
-from ..errors import StoreError, StoreUnavailable
+from ..errors import KeyTaken, StoreError, StoreUnavailable
 from ._base import EventStore
 from ._pg_db import EVENT_COLS, PgAccess, event_row, stat_arrays, stat_rows
+from ._pg_keyed_events import CLEAR_EXPIRED, EXPIRE_KEYS, FIND_KEYS, KEY_INDEX
 from ._pg_order import Sequencer
 from ._records import KeyRecord, NewEvent, Stat, StoredEvent
 
@@ -193,23 +194,11 @@ class PgEventStore(PgAccess, EventStore):
         return int(await self._fetchval("SELECT seq FROM log_head"))
 
     async def find_keys(self, keys: Sequence[tuple[str, str]], now: int) -> dict[tuple[str, str], KeyRecord]:
-        rows = await self._fetch(
-            "SELECT k.namespace, k.key, k.fingerprint, k.source, k.event_id, k.expires_at "
-            "FROM unnest($1::text[], $2::text[]) AS q(ns, key) "
-            "JOIN publish_keys k ON k.namespace = q.ns AND k.key = q.key WHERE k.expires_at > $3",
-            [k[0] for k in keys], [k[1] for k in keys], now,
-        )
+        rows = await self._fetch(FIND_KEYS, [k[0] for k in keys], [k[1] for k in keys], now)
         return {(r[0], r[1]): KeyRecord(r[0], r[1], bytes(r[2]), r[3], r[4], r[5]) for r in rows}
 
     async def expire_keys(self, now: int, limit: int = 10_000) -> int:
-        # SKIP LOCKED: members reclaiming at once split the rows instead of queueing.
-        status = await self._call(
-            "execute",
-            "DELETE FROM publish_keys WHERE (namespace, key) IN (SELECT namespace, key FROM publish_keys "
-            "WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            now, limit,
-        )
-        return int(status.split()[-1])
+        return int(await self._call("fetchval", EXPIRE_KEYS, now, limit))
 
     async def trim_events(self, namespace: str, before: int) -> int:
         # The age the caller keeps, measured again on the database's clock when the
@@ -256,9 +245,11 @@ class PgEventStore(PgAccess, EventStore):
             for scope, key, name, delta in a.stats:
                 stats[(scope, key, name)] = stats.get((scope, key, name), 0) + delta
         rows = sorted((*k, v) for k, v in stats.items() if v)
-        numbered = await self._call(
-            "fetch", _APPEND, *cols, tokens, counts, self._origin, *stat_arrays(rows), *keys
-        )
+        args = (*cols, tokens, counts, self._origin, *stat_arrays(rows), *keys)
+        if keyed:
+            numbered = await self._retried(lambda c: _append_keyed(c, args))
+        else:
+            numbered = await self._call("fetch", _APPEND, *args)
         outs: list[list[StoredEvent]] = []
         k = 0
         for a in group:
@@ -272,6 +263,29 @@ class PgEventStore(PgAccess, EventStore):
                 ))
             outs.append(out)
         return outs
+
+
+async def _append_keyed(c: asyncpg.Connection, args: tuple[object, ...]) -> list[asyncpg.Record]:
+    """``tidings_append`` of a group with keys. A key held by a row (the index says which
+    rule: ``_pg_keyed_events``) is either live, or past its window and not yet cleared by
+    the reclaimer: the expired among the group's keys are given up, and the append runs
+    once more; a key still held then is taken (live, twice in the group, or appended by
+    another member at once)."""
+    try:
+        return await c.fetch(_APPEND, *args)
+    except asyncpg.UniqueViolationError as e:
+        if e.constraint_name != KEY_INDEX:
+            raise
+    ns, ts, keys = args[0], args[1], args[12]
+    assert isinstance(ns, list) and isinstance(ts, list) and isinstance(keys, list)
+    held = [(n, k) for n, k in zip(ns, keys, strict=True) if k is not None]
+    await c.execute(CLEAR_EXPIRED, [h[0] for h in held], [h[1] for h in held], min(ts))
+    try:
+        return await c.fetch(_APPEND, *args)
+    except asyncpg.UniqueViolationError as e:
+        if e.constraint_name != KEY_INDEX:
+            raise
+        raise KeyTaken("an idempotency key of this append is taken") from None
 
 
 def _settle(a: _Append, result: list[StoredEvent] | BaseException) -> None:

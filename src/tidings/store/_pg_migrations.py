@@ -26,6 +26,7 @@ import asyncpg
 from ..errors import StoreError
 from ._pg_clock import V_CLOCK
 from ._pg_functions import V5
+from ._pg_keyed_events import V_KEYED_EVENTS
 from ._pg_keys import V_PUBLISH_KEYS
 
 __all__ = ["MIGRATIONS", "migrate"]
@@ -268,6 +269,7 @@ MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
     (5, "lease epochs (fencing), relay tokens, and one-statement writes as server-side functions", V5),
     (6, "an event's timestamp never goes back within its namespace (the later of its own and the previous)", V_CLOCK),
     (7, "publishers' idempotency keys, written by tidings_append in the statement of their events", V_PUBLISH_KEYS),
+    (8, "idempotency keys in their events' rows, unique per namespace, expired span by span", V_KEYED_EVENTS),
 )
 """(version, what it does, SQL), in order."""
 

@@ -329,8 +329,12 @@ def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[
                 source=e.source, data=e.data, headers=e.headers,
             )
             out.append(s)
+            # Blobs are bound as bytearrays: the sqlite3 module binds bytes (and None) only
+            # after asking its adapter protocol, whose failed attribute look-ups cost about
+            # 0.5 µs per value, more than the copy (BENCHMARKS.md, "Binding blobs").
+            data, headers = bytearray(e.data), bytearray(e.headers)
             if e.key is None:
-                rows.append((seq, ns, eid, s.prev_id, ts, e.source, e.data, e.headers))
+                rows.append((seq, ns, eid, s.prev_id, ts, e.source, data, headers))
             else:
                 # A key live in a row of the log, or twice in this append: the append fails
                 # whole, and the publish path answers the repeats (``KeyTaken``).
@@ -342,8 +346,8 @@ def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[
                     if w.keys.taken(c, ns, e.key, e.timestamp):
                         raise KeyTaken(f"the idempotency key {e.key!r} is taken")
                     recheck.append((seq, ns, e.key))
-                keyed.append((seq, ns, eid, s.prev_id, ts, e.source, e.data, e.headers,
-                              e.key, e.fingerprint, e.key_expires))
+                keyed.append((seq, ns, eid, s.prev_id, ts, e.source, data, headers,
+                              e.key, bytearray(e.fingerprint), e.key_expires))
         outs.append(out)
     insert_rows(c, f"INSERT INTO events({EVENT_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?)", rows)
     if keyed:
