@@ -126,6 +126,8 @@ def test_the_key_index_answers_as_the_rows_do(ops: list[tuple[str, Any]], bad_ha
               ("append", [("b", 1)]), ("wait", 3), ("expire", 0)])
 # Past its window a key whose row the reclaimer has not cleared yet names a new event.
 @example(ops=[("append", [("a", 1)]), ("wait", 2), ("append", [("a", 2), ("c", 1)]), ("expire", 0)])
+# An append refused (its key twice) after giving up an expired key leaves it to the reclaimer.
+@example(ops=[("append", [("a", 1)]), ("wait", 1), ("append", [("a", 1), ("a", 1)]), ("expire", 0)])
 def test_postgresql_keys_in_their_rows_answer_as_the_rows_do(ops: list[tuple[str, Any]], pg_database: str) -> None:
     import asyncpg
 

@@ -268,9 +268,9 @@ class PgEventStore(PgAccess, EventStore):
 async def _append_keyed(c: asyncpg.Connection, args: tuple[object, ...]) -> list[asyncpg.Record]:
     """``tidings_append`` of a group with keys. A key held by a row (the index says which
     rule: ``_pg_keyed_events``) is either live, or past its window and not yet cleared by
-    the reclaimer: the expired among the group's keys are given up, and the append runs
-    once more; a key still held then is taken (live, twice in the group, or appended by
-    another member at once)."""
+    the reclaimer: the expired among the group's keys are given up and the append runs
+    once more, in one transaction; a key still held then is taken (live, twice in the
+    group, or appended by another member at once)."""
     try:
         return await c.fetch(_APPEND, *args)
     except asyncpg.UniqueViolationError as e:
@@ -279,9 +279,12 @@ async def _append_keyed(c: asyncpg.Connection, args: tuple[object, ...]) -> list
     ns, ts, keys = args[0], args[1], args[12]
     assert isinstance(ns, list) and isinstance(ts, list) and isinstance(keys, list)
     held = [(n, k) for n, k in zip(ns, keys, strict=True) if k is not None]
-    await c.execute(CLEAR_EXPIRED, [h[0] for h in held], [h[1] for h in held], min(ts))
     try:
-        return await c.fetch(_APPEND, *args)
+        # One transaction: an append that fails again leaves the expired keys to the
+        # reclaimer, as if it had never run.
+        async with c.transaction():
+            await c.execute(CLEAR_EXPIRED, [h[0] for h in held], [h[1] for h in held], min(ts))
+            return await c.fetch(_APPEND, *args)
     except asyncpg.UniqueViolationError as e:
         if e.constraint_name != KEY_INDEX:
             raise
