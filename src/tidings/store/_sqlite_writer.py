@@ -26,6 +26,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from ..core.clock import later
@@ -277,6 +278,10 @@ class Append:
         self.stats = stats
 
 
+_SEQ, _NS_KEY, _EXPIRES = itemgetter(0), itemgetter(1, 8), itemgetter(10)
+"""Of a keyed row (``_append_many``): its seq, its (namespace, key), its key's expiry."""
+
+
 def _append_group(c: sqlite3.Connection, w: Writer, *, group: list[Append]) -> list[list[StoredEvent]]:
     return _append_many(c, w, group)
 
@@ -336,19 +341,27 @@ def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[
             if e.key is None:
                 rows.append((seq, ns, eid, s.prev_id, ts, e.source, data, headers))
             else:
-                # A key live in a row of the log, or twice in this append: the append fails
-                # whole, and the publish path answers the repeats (``KeyTaken``).
-                k = (ns, e.key)
-                if k in seen:
-                    raise KeyTaken(f"the idempotency key {e.key!r} is taken")
-                seen.add(k)
-                if not w.keys.claim(k, seq):
-                    if w.keys.taken(c, ns, e.key, e.timestamp):
-                        raise KeyTaken(f"the idempotency key {e.key!r} is taken")
-                    recheck.append((seq, ns, e.key))
                 keyed.append((seq, ns, eid, s.prev_id, ts, e.source, data, headers,
                               e.key, bytearray(e.fingerprint), e.key_expires))
         outs.append(out)
+    # Each key is staged in the writer's index; claimed all at once (loops in C) unless one
+    # of them needs a look at the rows: then one by one.
+    kseqs = list(map(_SEQ, keyed))
+    if keyed and not w.keys.claim_all(list(map(_NS_KEY, keyed)), kseqs):
+        # Each key's window is judged at its event's own time.
+        ats = [e.timestamp for a in group for e in a.events if e.key is not None]
+        for r, at in zip(keyed, ats, strict=True):
+            # A key live in a row of the log, or twice in this append: the append fails
+            # whole, and the publish path answers the repeats (``KeyTaken``).
+            seq_, ns_, key_ = r[0], r[1], r[8]
+            k = (ns_, key_)
+            if k in seen:
+                raise KeyTaken(f"the idempotency key {key_!r} is taken")
+            seen.add(k)
+            if not w.keys.claim(k, seq_):
+                if w.keys.taken(c, ns_, key_, at):
+                    raise KeyTaken(f"the idempotency key {key_!r} is taken")
+                recheck.append((seq_, ns_, key_))
     insert_rows(c, f"INSERT INTO events({EVENT_COLS}) VALUES ", "(?, ?, ?, ?, ?, ?, ?, ?)", rows)
     if keyed:
         if len(w.keys) > w.keys.limit:  # this append's keys are in it already: undone with the job
@@ -356,7 +369,7 @@ def _append_many(c: sqlite3.Connection, w: Writer, group: list[Append]) -> list[
                            "nothing was stored: retry when older keys have expired")
         insert_rows(c, f"INSERT INTO events({EVENT_COLS}, {KEY_COLS}) VALUES ",
                     "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", keyed)
-        record_span(c, [r[0] for r in keyed], [r[10] for r in keyed])
+        record_span(c, kseqs, list(map(_EXPIRES, keyed)))
         for seq_, ns_, key_ in recheck:  # after the rows: an entry may name one of them
             w.keys.add(c, ns_, key_, seq_)
     c.executemany(
