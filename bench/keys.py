@@ -8,8 +8,9 @@ Each key as the SDK makes it (a UUID, 36 characters) with its SHA-256 fingerprin
 publisher's name, the event id and the expiry. On SQLite a key is three columns of its
 event's row and an entry of the writer's index in memory (``store/_sqlite_keys``): the
 file's cost is that of keyed events over plain ones, and the index is measured as a start
-rebuilds it. On PostgreSQL the keys are a table of their own, looked up by their primary
-key; the brokers keep none in memory.
+rebuilds it. On PostgreSQL a key is the same three columns, found through a unique
+partial index on (namespace, key), with a ``key_spans`` row per append for the reclaimer
+(``store/_pg_keyed_events``); the brokers keep none in memory.
 """
 
 from __future__ import annotations
@@ -79,25 +80,45 @@ def sqlite_costs(n: int) -> tuple[int, int, float]:
 
 
 async def postgresql_bytes(n: int, address: str) -> int:
-    """``pg_total_relation_size`` of the table (with its indexes) holding ``n`` keys, in a
-    schema made for it and dropped after."""
+    """What ``n`` keyed events take over ``n`` plain ones in PostgreSQL (``events`` with its
+    indexes, ``key_spans``, one span per 100 events as publish-100 writes them), each in a
+    schema made by the store's migrations and dropped after."""
     import asyncpg
 
-    from tidings.store._pg_keys import V_PUBLISH_KEYS
+    from tidings.store import PostgresStore
 
-    table = V_PUBLISH_KEYS.split("DROP FUNCTION")[0]  # the table and its index, not the function
-    schema = f"bench_keys_{os.getpid()}"
-    conn = await asyncpg.connect(address)
-    try:
-        await conn.execute(f"CREATE SCHEMA {schema}")
-        await conn.execute(f"SET search_path = {schema}")
-        await conn.execute(table)
-        await conn.copy_records_to_table("publish_keys", records=list(_rows(n)), schema_name=schema)
-        await conn.execute("VACUUM ANALYZE publish_keys")
-        return int(await conn.fetchval("SELECT pg_total_relation_size('publish_keys')"))
-    finally:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        await conn.close()
+    sizes = []
+    for keyed in (False, True):
+        schema = f"bench_keys_{os.getpid()}_{int(keyed)}"
+        conn = await asyncpg.connect(address)
+        try:
+            await conn.execute(f"CREATE SCHEMA {schema}")
+            store = PostgresStore(address, server_settings={"search_path": schema})
+            await store.open()  # the migrations
+            await store.close()
+            await conn.execute(f"SET search_path = {schema}")
+            records = [
+                (i + 1, ns, eid, eid - 1 or None, i, src, b'{"Nat":1}', b"[]",
+                 *((key, fp, exp) if keyed else (None,) * 3))
+                for i, (ns, key, fp, src, eid, exp) in enumerate(_rows(n))
+            ]
+            await conn.copy_records_to_table(
+                "events", records=records, schema_name=schema,
+                columns=["seq", "namespace", "id", "prev_id", "timestamp", "source", "data", "headers",
+                         "idem_key", "idem_fp", "idem_expires"],
+            )
+            if keyed:
+                await conn.copy_records_to_table("key_spans", schema_name=schema, records=[
+                    (lo, min(lo + 99, n), 10**18 + lo, 10**18 + lo + 99) for lo in range(1, n + 1, 100)
+                ])
+            await conn.execute("VACUUM ANALYZE events")
+            await conn.execute("VACUUM ANALYZE key_spans")
+            sizes.append(int(await conn.fetchval(
+                "SELECT pg_total_relation_size('events') + pg_total_relation_size('key_spans')")))
+        finally:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            await conn.close()
+    return sizes[1] - sizes[0]
 
 
 def memory_bytes(n: int) -> int:
@@ -124,7 +145,8 @@ def main() -> None:
           f"rebuilt at start in {took:.1f} s for {a.keys:,}")
     if a.postgresql:
         size = asyncio.run(postgresql_bytes(a.keys, a.postgresql))
-        print(f"PostgreSQL table and indexes: {size * per_m / 2**20:.0f} MiB per million live keys")
+        print(f"PostgreSQL (keyed events over plain ones, their index and spans): {size * per_m / 2**20:.0f} MiB "
+              "per million live keys")
     print(f"memory store (Python heap): {memory_bytes(a.keys) * per_m / 2**20:.0f} MiB per million live keys")
 
 
