@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tidings.store import PostgresStore
+
 SERVER = os.environ.get("TIDINGS_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
 _counter = itertools.count(1)
@@ -66,6 +68,21 @@ async def fresh_schema(database: str) -> AsyncIterator[str]:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     finally:
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def two_members(database: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore, str]]:
+    """Two stores open on one new schema (two broadcasters), and the schema's name."""
+    async with fresh_schema(database) as schema:
+        a = PostgresStore(database, server_settings={"search_path": schema})
+        b = PostgresStore(database, server_settings={"search_path": schema})
+        await a.open()
+        await b.open()
+        try:
+            yield a, b, schema
+        finally:
+            await a.close()
+            await b.close()
 
 
 def schema_address(database: str) -> str:

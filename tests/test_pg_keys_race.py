@@ -15,7 +15,7 @@ import pytest
 from tidings.errors import KeyTaken
 from tidings.store import NewEvent, PostgresStore
 
-from .pg_support import fresh_schema
+from .pg_support import two_members
 
 NS = "keys.race"
 
@@ -27,24 +27,22 @@ def _event(key: str | None, n: int, *, at: int = 1_000, expires: int = 10**12) -
 
 @pytest.fixture
 async def members(pg_database: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore, str]]:
-    async with fresh_schema(pg_database) as schema:
-        a = PostgresStore(pg_database, server_settings={"search_path": schema})
-        b = PostgresStore(pg_database, server_settings={"search_path": schema})
-        await a.open()
-        await b.open()
-        try:
-            yield a, b, schema
-        finally:
-            await a.close()
-            await b.close()
+    async with two_members(pg_database) as both:
+        yield both
 
 
-async def _rows_of(pg_database: str, schema: str, key: str) -> int:
+async def _sql(pg_database: str, schema: str, query: str, *args: object) -> object:
+    """``query``'s first value, on a connection of its own (as another process would)."""
     c = await asyncpg.connect(pg_database, server_settings={"search_path": schema})
     try:
-        return int(await c.fetchval("SELECT count(*) FROM events WHERE namespace = $1 AND idem_key = $2", NS, key))
+        return await c.fetchval(query, *args)
     finally:
         await c.close()
+
+
+async def _rows_of(pg_database: str, schema: str, key: str) -> object:
+    return await _sql(pg_database, schema, "SELECT count(*) FROM events WHERE namespace = $1 AND idem_key = $2",
+                      NS, key)
 
 
 async def test_two_members_appending_the_same_keys_at_once_store_each_once(
@@ -114,12 +112,8 @@ async def test_keys_written_by_schema_version_7_stay_live_after_the_upgrade(
     """Version 7 kept keys in ``publish_keys``: they are found, refuse their key, and expire."""
     a, _, schema = members
     (e,) = await a.append([_event(None, 1)])
-    c = await asyncpg.connect(pg_database, server_settings={"search_path": schema})
-    try:
-        await c.execute("INSERT INTO publish_keys(namespace, key, fingerprint, source, event_id, expires_at) "
-                        "VALUES ($1, 'v7', 'fp'::bytea, 'alice', $2, 5000)", NS, e.id)
-    finally:
-        await c.close()
+    await _sql(pg_database, schema, "INSERT INTO publish_keys(namespace, key, fingerprint, source, event_id, "
+               "expires_at) VALUES ($1, 'v7', 'fp'::bytea, 'alice', $2, 5000)", NS, e.id)
     assert (await a.find_keys([(NS, "v7")], 2_000))[(NS, "v7")].event_id == e.id
     with pytest.raises(KeyTaken):
         await a.append([_event("v7", 2, at=2_000)])

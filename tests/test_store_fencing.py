@@ -23,7 +23,7 @@ from tidings.errors import LeaseLost, StoreError, StoreUnavailable
 from tidings.store import DeadLetter, Fence, NewEvent, PostgresStore, Stat, SubscriptionRecord
 from tidings.store._pg_db import store_error
 
-from .pg_support import fresh_schema
+from .pg_support import two_members
 
 
 def ev(ns: str, n: int) -> NewEvent:
@@ -33,16 +33,8 @@ def ev(ns: str, n: int) -> NewEvent:
 @pytest.fixture
 async def two(pg_database: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore, str]]:
     """Two stores on one schema: two broadcasters."""
-    async with fresh_schema(pg_database) as schema:
-        a = PostgresStore(pg_database, server_settings={"search_path": schema})
-        b = PostgresStore(pg_database, server_settings={"search_path": schema})
-        await a.open()
-        await b.open()
-        try:
-            yield a, b, schema
-        finally:
-            await a.close()
-            await b.close()
+    async with two_members(pg_database) as members:
+        yield members
 
 
 async def test_a_lease_passing_to_another_owner_takes_a_higher_epoch_and_a_renewal_keeps_it(
