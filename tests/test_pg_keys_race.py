@@ -121,3 +121,36 @@ async def test_keys_written_by_schema_version_7_stay_live_after_the_upgrade(
     assert await a.find_keys([(NS, "v7")], 0) == {}
     (again,) = await a.append([_event("v7", 3, at=6_000)])
     assert (await a.find_keys([(NS, "v7")], 6_000))[(NS, "v7")].event_id == again.id
+
+
+async def test_a_member_stopped_after_taking_back_an_expired_key_holds_nothing(
+    members: tuple[PostgresStore, PostgresStore, str], pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taking back an expired key is one statement, like every append: a member stopped
+    (SIGSTOP, a lost network) right after it was answered holds no transaction open, where
+    one around it would hold ``log_head`` and stop every member's appends."""
+    a, b, schema = members
+    await a.append([_event("x", 1, at=1_000, expires=2_000)])
+    paused, resume = asyncio.Event(), asyncio.Event()
+    fetch = asyncpg.connection.Connection.fetch
+
+    async def stopping_after(self: asyncpg.Connection, query: str, *args: object, **kw: object) -> object:
+        rows = await fetch(self, query, *args, **kw)
+        if "tidings_append" in query and not paused.is_set():  # the append that took the key back
+            paused.set()
+            await resume.wait()
+        return rows
+
+    monkeypatch.setattr(asyncpg.connection.Connection, "fetch", stopping_after)
+    taking = asyncio.ensure_future(a.append([_event("x", 2, at=3_000, expires=9_000)]))
+    try:
+        await asyncio.wait_for(paused.wait(), 10)
+        monkeypatch.setattr(asyncpg.connection.Connection, "fetch", fetch)  # the others run as usual
+        open_tx = await _sql(pg_database, schema, "SELECT count(*) FROM pg_stat_activity "
+                             "WHERE datname = current_database() AND state LIKE 'idle in transaction%'")
+        assert open_tx == 0
+        (other,) = await asyncio.wait_for(b.append([_event(None, 3, at=3_000)]), 10)  # no wait on log_head
+    finally:
+        resume.set()
+    (taken,) = await taking
+    assert {taken.id, other.id} == {2, 3}

@@ -28,7 +28,7 @@ import asyncpg
 from ..errors import KeyTaken, StoreError, StoreUnavailable
 from ._base import EventStore
 from ._pg_db import EVENT_COLS, PgAccess, event_row, stat_arrays, stat_rows
-from ._pg_keyed_events import CLEAR_EXPIRED, EXPIRE_KEYS, FIND_KEYS, KEY_INDEX
+from ._pg_keyed_events import EXPIRE_KEYS, FIND_KEYS, KEY_INDEX
 from ._pg_order import Sequencer
 from ._records import KeyRecord, NewEvent, Stat, StoredEvent
 
@@ -41,6 +41,8 @@ _APPEND = (
     "$6::text[], $7::integer[], $8, $9::text[], $10::text[], $11::text[], $12::bigint[], "
     "$13::text[], $14::bytea[], $15::bigint[])"
 )
+_APPEND_CLEARING = _APPEND[:-1] + ", p_clear => true)"
+"""The same, giving up first the append's keys whose window has passed (``_pg_keyed_events``)."""
 
 
 class _Append:
@@ -268,27 +270,16 @@ class PgEventStore(PgAccess, EventStore):
 async def _append_keyed(c: asyncpg.Connection, args: tuple[object, ...]) -> list[asyncpg.Record]:
     """``tidings_append`` of a group with keys. A key held by a row (the index says which
     rule: ``_pg_keyed_events``) is either live, or past its window and not yet cleared by
-    the reclaimer: the expired among the group's keys are given up and the append runs
-    once more, in one transaction; a key still held then is taken (live, twice in the
-    group, or appended by another member at once)."""
-    try:
-        return await c.fetch(_APPEND, *args)
-    except asyncpg.UniqueViolationError as e:
-        if e.constraint_name != KEY_INDEX:
-            raise
-    ns, ts, keys = args[0], args[1], args[12]
-    assert isinstance(ns, list) and isinstance(ts, list) and isinstance(keys, list)
-    held = [(n, k) for n, k in zip(ns, keys, strict=True) if k is not None]
-    try:
-        # One transaction: an append that fails again leaves the expired keys to the
-        # reclaimer, as if it had never run.
-        async with c.transaction():
-            await c.execute(CLEAR_EXPIRED, [h[0] for h in held], [h[1] for h in held], min(ts))
-            return await c.fetch(_APPEND, *args)
-    except asyncpg.UniqueViolationError as e:
-        if e.constraint_name != KEY_INDEX:
-            raise
-        raise KeyTaken("an idempotency key of this append is taken") from None
+    the reclaimer: the append runs once more, giving up the expired keys in the same
+    statement; a key still held then is taken (live, twice in the group, or appended by
+    another member at once)."""
+    for sql in (_APPEND, _APPEND_CLEARING):
+        try:
+            return await c.fetch(sql, *args)
+        except asyncpg.UniqueViolationError as e:
+            if e.constraint_name != KEY_INDEX:
+                raise
+    raise KeyTaken("an idempotency key of this append is taken")
 
 
 def _settle(a: _Append, result: list[StoredEvent] | BaseException) -> None:

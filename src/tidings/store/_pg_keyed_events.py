@@ -13,9 +13,11 @@ What keeps the rules of migration 7:
   waits for the earlier commit and fails (``unique_violation`` on ``events_idem_key``),
   as the same key twice in one append does. The store answers that ``KeyTaken``.
 - **A key past its window names a new event.** Its old row still holds it until the
-  reclaimer clears it; an append that meets it (the same ``unique_violation``) has the
-  store clear the expired keys among its own (:data:`CLEAR_EXPIRED`) and run once more.
-  The common append, with fresh keys, reads nothing.
+  reclaimer clears it; an append that meets it (the same ``unique_violation``) is run once
+  more with ``p_clear``, which first gives up the expired keys among its own, in the same
+  statement: if it fails again nothing was given up, and no lock is held across a round
+  trip (a client stopped between two statements of a transaction would hold ``log_head``
+  and stop every member's appends). The common append, with fresh keys, reads nothing.
 - **A key outlives its event** (retention and the archive delete events): a trigger moves
   the key of a deleted row to ``publish_keys``, which holds migration 7's keys as well;
   ``tidings_append`` refuses a key live there (and deletes it there once its window has
@@ -32,17 +34,10 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["CLEAR_EXPIRED", "EXPIRE_KEYS", "FIND_KEYS", "KEY_INDEX", "V_KEYED_EVENTS"]
+__all__ = ["EXPIRE_KEYS", "FIND_KEYS", "KEY_INDEX", "V_KEYED_EVENTS"]
 
 KEY_INDEX: Final = "events_idem_key"
 """The unique index whose ``unique_violation`` says a key of an append is held by a row."""
-
-CLEAR_EXPIRED: Final = (
-    "UPDATE events e SET idem_key = NULL, idem_fp = NULL, idem_expires = NULL "
-    "FROM unnest($1::text[], $2::text[]) AS k(ns, key) "
-    "WHERE e.namespace = k.ns AND e.idem_key = k.key AND e.idem_expires <= $3"
-)
-"""Give up the keys among ($1 namespaces, $2 keys) whose window passed by $3."""
 
 FIND_KEYS: Final = (
     "SELECT e.namespace, e.idem_key, e.idem_fp, e.source, e.id, e.idem_expires "
@@ -80,12 +75,16 @@ END $$;
 CREATE TRIGGER events_keep_key BEFORE DELETE ON events
     FOR EACH ROW WHEN (OLD.idem_key IS NOT NULL) EXECUTE FUNCTION tidings_keep_key();
 
--- The same arguments as migration 7's: k_key/k_fp/k_exp per event (NULL: no key).
-CREATE OR REPLACE FUNCTION tidings_append(
+DROP FUNCTION tidings_append(text[], bigint[], text[], bytea[], bytea[], text[], integer[], text,
+    text[], text[], text[], bigint[], text[], bytea[], bigint[]);
+
+-- Migration 7's arguments: k_key/k_fp/k_exp per event (NULL: no key); and p_clear: give up
+-- first the keys of this append whose window has passed by its earliest time.
+CREATE FUNCTION tidings_append(
     p_ns text[], p_ts bigint[], p_src text[], p_data bytea[], p_headers bytea[],
     t_token text[], t_count integer[], p_origin text,
     s_scope text[], s_key text[], s_name text[], s_delta bigint[],
-    k_key text[], k_fp bytea[], k_exp bigint[]
+    k_key text[], k_fp bytea[], k_exp bigint[], p_clear boolean DEFAULT false
 ) RETURNS TABLE(o_seq bigint, o_id bigint, o_ts bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -93,6 +92,12 @@ DECLARE
     head bigint;
     kept bigint;
 BEGIN
+    IF p_clear THEN
+        UPDATE events e SET idem_key = NULL, idem_fp = NULL, idem_expires = NULL
+        FROM unnest(p_ns, k_key) AS k(ns, key)
+        WHERE e.namespace = k.ns AND e.idem_key = k.key
+          AND e.idem_expires <= (SELECT min(t) FROM unnest(p_ts) AS t);
+    END IF;
     IF total > 0 THEN
         UPDATE log_head SET seq = seq + total RETURNING seq INTO head;
         IF t_token IS NOT NULL THEN
