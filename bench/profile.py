@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.profile publish            # publish-100, 8 clients
     .venv/bin/python -m bench.profile publish --gil      # only who holds the interpreter lock
     .venv/bin/python -m bench.profile publish --keyed    # each event with an idempotency key
+    .venv/bin/python -m bench.profile publish-1          # one event per request, 8 clients
     .venv/bin/python -m bench.profile fanout             # 100 endpoints
     .venv/bin/python -m bench.profile stream-publish     # WebSocket, 1 event/message, 2 x 1000 in flight
     .venv/bin/python -m bench.profile stream-fanout      # 100 stream: subscriptions on 4 connections
@@ -130,8 +131,9 @@ def _report(raw: Path, top: int) -> None:
 
 async def _run(what: str, srv: Server, seconds: float) -> tuple[int, str, float]:
     """Count, unit, and the scenario's own rate (fan-out: from the first publish on)."""
-    if what in ("publish", "publish-keyed"):
-        r = await throughput(srv, 8, 100, seconds, keyed=what == "publish-keyed")
+    if what in ("publish", "publish-keyed", "publish-1", "publish-1-keyed"):
+        batch = 1 if what.startswith("publish-1") else 100
+        r = await throughput(srv, 8, batch, seconds, keyed=what.endswith("-keyed"))
         return int(r["events"]), "event", float(r["events_per_s"])
     if what == "stream-publish":
         from bench import stream
@@ -250,7 +252,8 @@ async def split(srv: Server, rate: float, seconds: float, stream: bool = False) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["publish", "fanout", "stream-publish", "stream-fanout", "replay", "split", "hops"])
+    ap.add_argument("what", choices=["publish", "publish-1", "fanout", "stream-publish", "stream-fanout", "replay",
+                                     "split", "hops"])
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     ap.add_argument("--keyed", action="store_true", help="publish: each event with an idempotency key")

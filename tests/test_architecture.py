@@ -34,12 +34,13 @@ ALLOWED: dict[str, set[str]] = {
     "broker": {"core", "errors", "settings", "store", "schemas", "outbound", "pipeline", "tracing"},
     "interchain": {"core", "errors", "client", "outbound", "pipeline", "http1"},
     "console": {"core", "errors", "broker", "store"},
-    "api": {"core", "errors", "broker", "schemas", "store", "console", "bodies"},
+    "api": {"core", "errors", "broker", "schemas", "store", "console", "bodies", "fastpath"},
     "xmpp": {"core", "errors", "settings", "store", "broker"},
     "runtime": set(),
     "logs": set(),
-    "front": {"core", "errors", "runtime", "bodies", "logs", "http1", "hops"},
+    "front": {"core", "errors", "runtime", "bodies", "logs", "http1", "hops", "fastpath"},
     "http1": set(),
+    "fastpath": set(),
     "bodies": {"errors"},
 }
 TOP = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if p.is_dir()}

@@ -10,7 +10,8 @@ then:
 * the ASGI apps of the broker (public and private socket) and of the front processes are
   wrapped by :func:`asgi`: it notes when a publish request (HTTP) or a stream ``publish``
   message (WebSocket) reached the app, and when its answer left, with the event ids
-  that answer gave.
+  that answer gave; the broker's link (``api.link``) notes the same of each publish a
+  front handed over (:func:`link_noter`).
 
 Nothing a client or a subscriber receives changes: the push carries the HTTP trace
 headers it carries without the recorder (the first traced event's), no header is added.
@@ -44,7 +45,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["ENV", "MAX_RECORDS", "Recorder", "asgi", "recorder"]
+__all__ = ["ENV", "MAX_RECORDS", "Recorder", "asgi", "link_noter", "recorder"]
 
 ENV: Final = "TIDINGS_HOPS_DIR"
 
@@ -166,6 +167,36 @@ class _StreamMessage(msgspec.Struct):
 _stream_message = msgspec.json.Decoder(_StreamMessage).decode
 
 
+def _ok_ids(results: list[Any]) -> list[int]:
+    ids = []
+    for r in results:
+        ok = r.get("Ok") if isinstance(r, dict) else None
+        if isinstance(ok, list) and ok and isinstance(ok[0], int):
+            ids.append(ok[0])
+    return ids
+
+
+def link_noter() -> Any:
+    """For the broker's link (``api.link``) when ``TIDINGS_HOPS_DIR`` is set, else None: a
+    function of (arrived, answered, the answer's body) that notes each event the answer
+    gave as an ``internal`` record, as the private socket's ``/_internal/publish`` was."""
+    rec = recorder()
+    if rec is None:
+        return None
+    keep = rec.keep
+
+    def noted(arrived: int, body: bytes) -> None:
+        t = _now()
+        try:
+            ids = _ok_ids(_ids_of(body))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        for i in ids:
+            keep(("in", "internal", i, arrived, t))
+
+    return noted
+
+
 def asgi(app: Any, role: str) -> Any:
     """``app`` as it is when ``TIDINGS_HOPS_DIR`` is unset; else wrapped to note when each
     publish arrived and was answered (HTTP: ``icrc72_publish`` and the private
@@ -174,14 +205,6 @@ def asgi(app: Any, role: str) -> Any:
     if rec is None:
         return app
     keep = rec.keep
-
-    def _ok_ids(results: list[Any]) -> list[int]:
-        ids = []
-        for r in results:
-            ok = r.get("Ok") if isinstance(r, dict) else None
-            if isinstance(ok, list) and ok and isinstance(ok[0], int):
-                ids.append(ok[0])
-        return ids
 
     async def http(scope: Any, receive: Any, send: Any) -> None:
         arrived = _now()

@@ -19,6 +19,7 @@ import uvicorn
 
 from .api import create_app
 from .api.internal import internal_app
+from .api.link import LinkServer
 from .broker import Broker
 from .errors import ConfigError, StoreError
 from .front import FrontConfig, FrontPool
@@ -187,11 +188,12 @@ class _Server(uvicorn.Server):
 class _Fronts:
     """The front processes and the broker's private socket they hand requests to."""
 
-    def __init__(self, pool: FrontPool, internal: uvicorn.Server, task: asyncio.Task[None]) -> None:
-        self.pool, self.internal, self.task = pool, internal, task
+    def __init__(self, pool: FrontPool, internal: uvicorn.Server, task: asyncio.Task[None], link: LinkServer) -> None:
+        self.pool, self.internal, self.task, self.link = pool, internal, task, link
 
     async def stop(self) -> None:
         await self.pool.stop()
+        await self.link.close()
         self.internal.should_exit = True
         await self.task
 
@@ -214,12 +216,27 @@ async def _start_fronts(broker: Broker, app: Any, settings: Settings, host: str,
     task = asyncio.create_task(internal._serve(sockets=[uds]))
     while not internal.started and not task.done():
         await asyncio.sleep(0.01)
+    # Checked publishes go over a link of frames of their own (docs/scaling.md, "The link").
+    link_path = path.with_name("broker-link.sock")
+    with contextlib.suppress(FileNotFoundError):
+        link_path.unlink()
+    link_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    link_sock.bind(str(link_path))
+    link_sock.listen(1024)
+    noted = None
+    if os.environ.get("TIDINGS_HOPS_DIR"):  # bench.profile hops only (tidings/hops.py); else not imported
+        from .hops import link_noter
+
+        noted = link_noter()
+    link = LinkServer(broker, secret, noted)
+    await link.start(link_sock)
     pool = FrontPool(FrontConfig(str(path), secret, settings.max_body_bytes, settings.max_batch_items,
                                  settings.stream_max_frame_bytes, log_level=settings.log_level,
                                  log_format=settings.log_format, max_waiting_bytes=settings.max_waiting_bytes,
-                                 max_waiting_requests=settings.max_waiting_requests), host, port, count)
+                                 max_waiting_requests=settings.max_waiting_requests, link=str(link_path)),
+                     host, port, count)
     await pool.start()
-    return _Fronts(pool, internal, task)
+    return _Fronts(pool, internal, task, link)
 
 
 def _private_socket_path(settings: Settings) -> Path:

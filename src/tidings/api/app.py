@@ -29,6 +29,7 @@ from ..console import console_routes
 from ..core import ingest
 from ..core.long_ints import long_integer, long_message
 from ..errors import ApiError, BadRequest, NotFound, StoreError, StoreUnavailable
+from ..fastpath import FastPathApp
 from ._admit import admitted_body
 from ._confluent_router import error_response as confluent_error
 from ._front_reports import FrontReports
@@ -285,7 +286,10 @@ def create_app(broker: Broker, *, manage_broker: bool = True) -> Starlette:
         else:
             yield
 
-    app = Starlette(
+    app = FastPathApp(
+        # The hot path: a publish is served without the walk through the routes below.
+        fast={"/v1/icrc72_publish": (call, {"method": "icrc72_publish"})},
+        internal_error=lambda: error_response(500, "internal", "internal error"),
         routes=[
             WebSocketRoute("/v1/stream", stream.serve),
             relay_route(broker, error_response),

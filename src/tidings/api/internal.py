@@ -31,17 +31,29 @@ from ..broker import Broker
 from ..core.ingest import PublishBatch
 from ..core.undecodable import UNDECODABLE
 from ..errors import ApiError, StoreUnavailable
+from ..store import PrincipalRecord
 from ._admit import admitted_body, declared_length
 from ._front_reports import FrontReports, decode_report
 from .app import api_error, publish_reply, served
 
-__all__ = ["FRONT_HEADER", "internal_app"]
+__all__ = ["FRONT_HEADER", "commit_batch", "internal_app"]
 
 
 _decode_batch = msgspec.msgpack.Decoder(PublishBatch).decode
 
 
 FRONT_HEADER = "x-tidings-front"
+
+
+async def commit_batch(broker: Broker, caller: PrincipalRecord, batch: PublishBatch) -> Response:
+    """``icrc72_publish``'s answer to ``batch``, checked and stamped by a front, from
+    ``caller``: whichever way it came (this app's route or the link, ``api.link``).
+    Raises what the commit raises (``ApiError``, ``StoreUnavailable``)."""
+    warnings: list[str] = []
+    refused = {i: (ns, why) for i, ns, why in batch.refused}
+    results = await broker.broadcaster.commit(caller, batch.n, batch.rows, refused, batch.now, warnings)
+    served()
+    return publish_reply(results, warnings)
 
 
 def internal_app(broker: Broker, public: Starlette, secret: str) -> ASGIApp:
@@ -54,17 +66,12 @@ def internal_app(broker: Broker, public: Starlette, secret: str) -> ASGIApp:
             # The front checked the size against the same limit; this one is its own
             # broker's, so a batch re-encoded a little larger still fits.
             body = await admitted_body(request, 2 * broker.settings.max_body_bytes + 4096, broker.overload, ticket)
-            batch = _decode_batch(body)
-            warnings: list[str] = []
-            refused = {i: (ns, why) for i, ns, why in batch.refused}
-            results = await broker.broadcaster.commit(caller, batch.n, batch.rows, refused, batch.now, warnings)
+            return await commit_batch(broker, caller, _decode_batch(body))
         except (ApiError, StoreUnavailable) as e:
             return api_error(e)
         finally:
             if ticket is not None:
                 broker.overload.release(ticket)
-        served()
-        return publish_reply(results, warnings)
 
     async def auth(request: Request) -> Response:
         try:

@@ -34,6 +34,8 @@ from ..core.admission import Admission
 from ..core.undecodable import UNDECODABLE
 from ..core.wire import Event, ItemResult
 from ..errors import PayloadTooLarge
+from ..fastpath import FastPathApp
+from ._link import BrokerLink, LinkLost
 
 __all__ = ["BROKER_KEEPALIVE_S", "POOL_KEEPALIVE_S", "FrontConfig", "front_app"]
 
@@ -83,6 +85,9 @@ class FrontConfig:
     max_waiting_requests: int = 1000
     """``TIDINGS_MAX_WAITING_BYTES`` and ``_REQUESTS``: this front's own caps on the
     publishes it has taken and the broker has not yet answered."""
+    link: str | None = None
+    """The broker's link socket, which checked publishes are handed over (``_link``); None:
+    they go to the private socket's ``/_internal/publish`` as HTTP requests."""
 
 
 def _forwarded(headers: Any) -> dict[str, str]:
@@ -118,6 +123,7 @@ def front_app(config: FrontConfig) -> Starlette:
     session: aiohttp.ClientSession | None = None
     admission = Admission(config.max_waiting_bytes, config.max_waiting_requests)
     retries = _Retries()
+    link = BrokerLink(config.link, config.secret) if config.link else None
 
     def unreachable(message: str) -> Response:
         """503: the broker did not take the request (counted with this front's refusals)."""
@@ -166,6 +172,18 @@ def front_app(config: FrontConfig) -> Starlette:
                     raise
                 retries.note(e)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def hand_over(request: Request, batch: ingest.PublishBatch) -> _Answer:
+        """The broker's answer to a checked batch: over the link, or as an HTTP request.
+        Raises ``LinkLost`` or ``aiohttp.ClientError`` when there is none."""
+        authorization = request.headers.get("authorization", "")
+        if link is not None:
+            answer = await link.publish(authorization, batch)
+            return _Answer(answer.status, dict(answer.headers), answer.body)
+        return await post(
+            "http://broker/_internal/publish", _encode_batch(batch),
+            {"authorization": authorization, "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
+        )
 
     async def relay(resp: _Answer) -> Response:
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_BY_HOP | {"content-length"}}
@@ -232,12 +250,8 @@ def front_app(config: FrontConfig) -> Starlette:
         try:
             if batch is None:  # not a plain good batch: the broker gives the answer it always gives
                 return await relay(await post("http://broker/v1/icrc72_publish", body, _forwarded(request.headers)))
-            return await relay(await post(
-                "http://broker/_internal/publish", _encode_batch(batch),
-                {"authorization": request.headers.get("authorization", ""),
-                 "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
-            ))
-        except aiohttp.ClientError:
+            return await relay(await hand_over(request, batch))
+        except (aiohttp.ClientError, LinkLost):
             # Nothing was acknowledged: the events may or may not be stored (ids tell).
             return unreachable("the broker is not reachable; the events may have been stored: "
                           "retry with the same key")
@@ -330,12 +344,8 @@ def front_app(config: FrontConfig) -> Starlette:
             return Response(status_code=400)
         batch = ingest.PublishBatch(len(events), now, rows, [(i, ns, r) for i, (ns, r) in refused.items()])
         try:
-            resp = await post(
-                "http://broker/_internal/publish", _encode_batch(batch),
-                {"authorization": request.headers.get("authorization", ""),
-                 "content-type": "application/msgpack", _FRONT_HEADER: config.secret},
-            )
-        except aiohttp.ClientError:
+            resp = await hand_over(request, batch)
+        except (aiohttp.ClientError, LinkLost):
             return unreachable("the broker is not reachable; the events may have been stored: "
                           "retry with the same key")
         if resp.status != 200:
@@ -363,6 +373,8 @@ def front_app(config: FrontConfig) -> Starlette:
                 await reporting
             if session is not None:
                 await session.close()
+            if link is not None:
+                await link.close()
 
     async def wrong_verb(request: Request, exc: Exception) -> Response:
         if request.method != "CONNECT":
@@ -382,7 +394,9 @@ def front_app(config: FrontConfig) -> Starlette:
         # broker answers it, in its own shape (Confluent's under the Confluent prefixes).
         return await proxy(request)
 
-    return Starlette(
+    return FastPathApp(
+        fast={"/v1/icrc72_publish": (publish, {})},
+        internal_error=lambda: _error(500, "internal", "internal error"),
         routes=[
             Route("/v1/icrc72_publish", publish, methods=["POST"]),
             Route("/v1/cloudevents/{namespace}", publish_cloudevents, methods=["POST"]),

@@ -129,7 +129,8 @@ def main() -> int:
     configure(conf["log_level"], conf["log_format"], process="front")
     config = FrontConfig(uds=conf["uds"], secret=conf["secret"], max_body_bytes=conf["max_body_bytes"],
                          max_batch_items=conf["max_batch_items"], max_frame_bytes=conf["max_frame_bytes"],
-                         max_waiting_bytes=conf["max_waiting_bytes"], max_waiting_requests=conf["max_waiting_requests"])
+                         max_waiting_bytes=conf["max_waiting_bytes"], max_waiting_requests=conf["max_waiting_requests"],
+                         link=conf.get("link"))
     sock = listening_socket(conf["host"], conf["port"])
     server = uvicorn.Server(uvicorn.Config(
         _app(config), http=Http1, lifespan="on", log_level="debug" if conf["log_level"] == "debug" else "warning",
