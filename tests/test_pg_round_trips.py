@@ -29,10 +29,10 @@ def _stats() -> list[Stat]:
             Stat("publisher", "s", "icrc72:publisher:stats:events", 1)]
 
 
-async def _store(pg_database: str, schema: str, proxy: Proxy, delay_s: float = 0.0) -> PostgresStore:
+async def _store(pg_database: str, schema: str, proxy: Proxy, delay_s: float = 0.0, size: int = 2) -> PostgresStore:
     proxy.delay_s = delay_s
     via = pg_database.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    store = PostgresStore(via, server_settings={"search_path": schema}, min_size=2, max_size=2)
+    store = PostgresStore(via, server_settings={"search_path": schema}, min_size=size, max_size=size)
     await store.open()
     # Every pooled connection prepares the append once (round trips of its own): done here,
     # with two groups in flight at once, so both connections are used.
@@ -84,6 +84,38 @@ async def test_concurrent_publishes_share_their_commits(pg_database: str) -> Non
                 assert proxy.most_waiting == 2  # the second group was sent before the first's answer came
                 seqs = [e.seq for a in answers for e in a]
                 assert len(set(seqs)) == 8 and max(seqs) - min(seqs) == 7
+            finally:
+                await store.close()
+    finally:
+        await proxy.close()
+
+
+async def test_a_slow_database_gets_more_groups_in_flight_a_quick_one_two(pg_database: str) -> None:
+    """Appends arriving one by one, 3 ms apart, while each round trip takes 100 ms: once a
+    group has been out 5 ms, one more may start, up to four at once, so an append
+    waits for its own round trip and not for a slot first. The rule is the group's age:
+    while no group has been out that long (here: a threshold no group reaches), two."""
+    proxy = await Proxy(5432).start()
+    try:
+        async with fresh_schema(pg_database) as schema:
+            store = await _store(pg_database, schema, proxy, delay_s=0.05, size=6)
+            try:
+                async def staggered() -> list[int]:
+                    tasks = []
+                    for i in range(7):
+                        tasks.append(asyncio.create_task(store.append([_event(i)], _stats())))
+                        await asyncio.sleep(0.003)
+                    return [e.seq for t in tasks for e in await t]
+
+                proxy.most_waiting = 0
+                seqs = await staggered()
+                assert proxy.most_waiting == 4  # PgEventStore._max_in_flight
+                assert len(set(seqs)) == 7
+
+                store._slow_s = 3600.0  # type: ignore[attr-defined]
+                proxy.most_waiting = 0
+                await staggered()
+                assert proxy.most_waiting == 2
             finally:
                 await store.close()
     finally:

@@ -8,8 +8,9 @@ database) wait their turn, so ids never have gaps and ``seq`` order is commit or
 (``_pg_migrations``). Being one statement, the call holds those locks only while the
 server runs it, never while this process is stopped or cut off. If the group's call
 fails, each append is tried alone, so one bad call fails alone. Two groups may be in
-flight at once, on two connections, so that a database a network away costs a publish
-one round trip; their answers are given in the order they were sent (``_pg_order``).
+flight at once, on two connections, and up to four while the database is slow to
+answer, so that a database a network away costs a publish one round trip; their answers
+are given in the order they were sent (``_pg_order``).
 
 A publish forwarded by another broadcaster carries a relay token (``forwarding``); it is
 stored in the same statement, so the sender can learn afterwards whether the events were
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable, Sequence
 
 import asyncpg
@@ -64,6 +66,10 @@ class PgEventStore(PgAccess, EventStore):
     _appends: asyncio.Queue[_Append] | None = None
     _max_batch: int = 512
     _in_flight: int = 2
+    """Groups in flight at once while the database answers quickly."""
+    _max_in_flight: int = 4
+    """... and while it answers slowly: a group out ``_slow_s`` lets one more start."""
+    _slow_s: float = 0.005
 
     async def append(self, events: Sequence[NewEvent], stats: Iterable[Stat] = ()) -> list[StoredEvent]:
         return await self.append_relayed(events, stats, None)
@@ -97,21 +103,42 @@ class PgEventStore(PgAccess, EventStore):
         queue = self._appends
         if queue is None:
             return
-        # Up to ``_in_flight`` groups at once, each on a connection of its own: the next
-        # group is sent while the previous one's answer travels back (``_pg_order``).
-        slots = asyncio.Semaphore(self._in_flight)
+        # Groups in flight at once, each on a connection of its own: the next group is sent
+        # while the previous one's answer travels back (``_pg_order``). Two at once while
+        # the database answers quickly: more would split the appends into more, smaller
+        # transactions for nothing. Once the oldest group has been out ``_slow_s`` (a
+        # database a network away), one more may start, up to ``_max_in_flight``: a publish
+        # then waits for its own round trip, not for a slot first (BENCHMARKS.md,
+        # "PostgreSQL a network away").
         order = Sequencer()
         running: dict[asyncio.Task[None], list[_Append]] = {}
+        sent: dict[asyncio.Task[None], float] = {}
+        freed = asyncio.Event()
+
+        def done(t: asyncio.Task[None]) -> None:
+            running.pop(t, None)
+            sent.pop(t, None)
+            freed.set()
+
         try:
             while True:
-                await slots.acquire()
+                while len(running) >= self._in_flight:
+                    wait: float | None = None
+                    if len(running) < self._max_in_flight:
+                        age = time.monotonic() - min(sent.values())
+                        if age >= self._slow_s:
+                            break
+                        wait = self._slow_s - age
+                    freed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(freed.wait(), wait)
                 batch = [await queue.get()]
                 while len(batch) < self._max_batch and not queue.empty():
                     batch.append(queue.get_nowait())
                 task = asyncio.create_task(self._commit(batch, order, order.start()))
                 running[task] = batch
-                task.add_done_callback(running.pop)
-                task.add_done_callback(lambda _t: slots.release())
+                sent[task] = time.monotonic()
+                task.add_done_callback(done)
         except asyncio.CancelledError:
             stopped = list(running.items())
             for t, _ in stopped:
