@@ -3,19 +3,17 @@ would, a failure included, and every other request still takes the walk."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import aiohttp
 import pytest
-import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tidings.fastpath import FastPathApp
 
-from .conftest import free_port
+from .front_support import serving
 
 
 async def test_a_hot_route_is_served_directly_and_the_rest_as_before(caplog: pytest.LogCaptureFixture) -> None:
@@ -37,29 +35,19 @@ async def test_a_hot_route_is_served_directly_and_the_rest_as_before(caplog: pyt
         internal_error=lambda: JSONResponse({"error": "internal"}, status_code=500),
         routes=[Route("/v1/{method}", walked, methods=["GET", "POST"])],
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"{url}/v1/hot", data=b"x") as r:
-                assert (r.status, await r.json()) == (200, {"hot": "x"})
-            with caplog.at_level(logging.ERROR, logger="tidings.api"):
-                async with http.post(f"{url}/v1/hot", data=b"boom") as r:
-                    assert (r.status, await r.json()) == (500, {"error": "internal"})
-            assert "an endpoint's own bug" in caplog.text
-            async with http.get(f"{url}/v1/hot") as r:  # another verb: the walk
-                assert await r.json() == {"walked": "GET"}
-            async with http.post(f"{url}/v1/other") as r:  # another path: the walk
-                assert await r.json() == {"walked": "POST"}
-            # Not the exact path: the walk (which redirects to the path without the slash).
-            async with http.post(f"{url}/v1/hot/", allow_redirects=False) as r:
-                assert (r.status, r.headers["location"]) == (307, f"{url}/v1/hot")
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(app, lifespan="off") as url, aiohttp.ClientSession() as http:
+        async with http.post(f"{url}/v1/hot", data=b"x") as r:
+            assert (r.status, await r.json()) == (200, {"hot": "x"})
+        with caplog.at_level(logging.ERROR, logger="tidings.api"):
+            async with http.post(f"{url}/v1/hot", data=b"boom") as r:
+                assert (r.status, await r.json()) == (500, {"error": "internal"})
+        assert "an endpoint's own bug" in caplog.text
+        async with http.get(f"{url}/v1/hot") as r:  # another verb: the walk
+            assert await r.json() == {"walked": "GET"}
+        async with http.post(f"{url}/v1/other") as r:  # another path: the walk
+            assert await r.json() == {"walked": "POST"}
+        # Not the exact path: the walk (which redirects to the path without the slash).
+        async with http.post(f"{url}/v1/hot/", allow_redirects=False) as r:
+            assert (r.status, r.headers["location"]) == (307, f"{url}/v1/hot")
     assert seen == [("hot", {"method": "hot"}), ("hot", {"method": "hot"}), ("walked", {"method": "hot"}),
                     ("walked", {"method": "other"})]

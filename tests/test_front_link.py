@@ -17,14 +17,14 @@ from pathlib import Path
 import aiohttp
 import msgspec
 import pytest
-import uvicorn
 
 from tidings.core import ingest
 from tidings.core.link_wire import HEAD_BYTES, LinkAnswer, LinkRequest, frame, length
 from tidings.core.wire import Event
 from tidings.front.app import FrontConfig, front_app
 
-from .conftest import ServerProcess, free_port
+from .conftest import ServerProcess
+from .front_support import serving
 
 NS = "link.ns"
 _answer = msgspec.msgpack.Decoder(LinkAnswer).decode
@@ -156,17 +156,10 @@ async def _front(tmp_path: Path, fake: FakeBroker) -> AsyncIterator[str]:
     server = await asyncio.start_unix_server(fake.serve, path=str(link))
     config = FrontConfig(str(tmp_path / "nothing-here.sock"), "s3cret", max_body_bytes=1 << 20,
                          max_batch_items=100, max_frame_bytes=1 << 20, link=str(link))
-    port = free_port()
-    web = uvicorn.Server(uvicorn.Config(front_app(config), host="127.0.0.1", port=port, log_level="warning",
-                                        lifespan="on"))
-    task = asyncio.create_task(web.serve())
-    while not web.started:
-        await asyncio.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        async with serving(front_app(config)) as url:
+            yield url
     finally:
-        web.should_exit = True
-        await task
         server.close()
 
 

@@ -10,7 +10,6 @@ the front's reuse of it: the race the ordered keep-alive timeouts make rare)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -18,11 +17,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import uvicorn
 
 from tidings.front.app import FrontConfig, front_app
 
-from .conftest import free_port
+from .front_support import serving
 
 OK = b'[{"Ok":1}]'
 
@@ -67,18 +65,10 @@ async def front(tmp_path: Path) -> AsyncIterator[tuple[str, ClosingBroker]]:
     server = await asyncio.start_unix_server(broker.serve, path=str(sock))
     config = FrontConfig(str(sock), "s3cret", max_body_bytes=1 << 20, max_batch_items=100,
                          max_frame_bytes=1 << 20)
-    port = free_port()
-    web = uvicorn.Server(uvicorn.Config(front_app(config), host="127.0.0.1", port=port, log_level="warning",
-                                        lifespan="on"))
-    task = asyncio.create_task(web.serve())
-    while not web.started:
-        await asyncio.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}", broker
+        async with serving(front_app(config)) as url:
+            yield url, broker
     finally:
-        web.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         server.close()
         await server.wait_closed()
 
