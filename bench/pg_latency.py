@@ -12,7 +12,12 @@ The issue's targets (issue 47, point 5), with ``rtt`` = 2 x the delay: one event
 request at 5 ms ≥ clients / (2 rtt) events/s, its p50 ≤ the no-delay p50 + 1.5 rtt; 100 events
 per request at 1 ms ≥ 80 % of the no-delay figure.
 
-Run: ``.venv/bin/python -m bench.pg_latency [--delays 0,1,5] [--seconds 5] [--clients 8]``.
+With ``--forwarding``, the same one-event rows through a second member that forwards each
+batch to the namespace's owner, the owner reached through another such proxy (its
+``TIDINGS_ADVERTISE_URL``), both members a delay away from the database: the member
+round trips and the database round trips per request.
+
+Run: ``.venv/bin/python -m bench.pg_latency [--delays 0,1,5] [--seconds 5] [--clients 8] [--forwarding]``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -35,11 +41,11 @@ from bench._scenario import _pg_store
 from bench.live_plane import EVENT
 
 
-def _run_proxy(delay_s: float, port_out: Any, turns: Any, stop: Any) -> None:
+def _run_proxy(delay_s: float, port_out: Any, turns: Any, stop: Any, target: int = 5432) -> None:
     from bench.chaos._proxy import Proxy
 
     async def main() -> None:
-        proxy = await Proxy(5432, delay_s=delay_s).start()
+        proxy = await Proxy(target, delay_s=delay_s).start()
         port_out.put(proxy.port)
         while not stop.is_set():
             turns.value = proxy.turns
@@ -50,14 +56,16 @@ def _run_proxy(delay_s: float, port_out: Any, turns: Any, stop: Any) -> None:
 
 
 class ProxyProcess:
-    """The latency proxy to 127.0.0.1:5432 in a child process; ``turns()`` reads its count."""
+    """The latency proxy to 127.0.0.1:``target`` (PostgreSQL's by default) in a child
+    process; ``turns()`` reads its count."""
 
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, delay_s: float, target: int = 5432) -> None:
         ctx = mp.get_context("spawn")
         self._port: Any = ctx.Queue()
         self._turns: Any = ctx.Value("q", 0)
         self._stop: Any = ctx.Event()
-        self._proc = ctx.Process(target=_run_proxy, args=(delay_s, self._port, self._turns, self._stop), daemon=True)
+        self._proc = ctx.Process(target=_run_proxy, args=(delay_s, self._port, self._turns, self._stop, target),
+                                 daemon=True)
 
     def __enter__(self) -> ProxyProcess:
         self._proc.start()
@@ -75,15 +83,16 @@ class ProxyProcess:
             self._proc.kill()
 
 
-async def publish_run(srv: Server, clients: int, batch: int, seconds: float) -> dict[str, Any]:
+async def publish_run(srv: Server, clients: int, batch: int, seconds: float,
+                      namespace: str = "bench.tp") -> dict[str, Any]:
     """``clients`` publishers, ``batch`` events per request, for ``seconds``: events/s and
     the requests' latencies."""
     headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
-    body = json.dumps([EVENT] * batch).encode()
+    body = json.dumps([{**EVENT, "namespace": namespace}] * batch).encode()
     lat: list[float] = []
     count = 0
     async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=clients)) as s:
-        await post(s, srv.url, "icrc72_register_publication", json.dumps([{"namespace": "bench.tp"}]).encode())
+        await post(s, srv.url, "icrc72_register_publication", json.dumps([{"namespace": namespace}]).encode())
         for _ in range(3):  # warm: the token, the publication, the pool's connections
             await post(s, srv.url, "icrc72_publish", body)
         stop = time.monotonic() + seconds
@@ -120,6 +129,50 @@ async def one_delay(delay_ms: float, clients: int, seconds: float, batch: int) -
     return out
 
 
+async def _owned_by(srv: Server, broadcaster: str) -> str:
+    """A namespace whose publication ``broadcaster`` owns, registered through ``srv``."""
+    from tidings.client import Admin
+
+    deadline = time.monotonic() + 30
+    headers = {"Authorization": f"Bearer {srv.token}", "Content-Type": "application/json"}
+    async with Admin(srv.url, srv.token) as admin, aiohttp.ClientSession(headers=headers) as s:
+        while time.monotonic() < deadline:  # until both members see each other
+            for i in range(32):
+                ns = f"bench.fw{i}"
+                await post(s, srv.url, "icrc72_register_publication", json.dumps([{"namespace": ns}]).encode())
+                for b in await admin.get_publication_broadcasters(ns):
+                    if dict(b.stats)["tidings:broadcaster:role"] == {"Text": "owner"} and b.broadcaster == broadcaster:
+                        return ns
+            await asyncio.sleep(0.5)
+    raise RuntimeError(f"no namespace owned by {broadcaster}")
+
+
+async def one_forwarding(delay_ms: float, clients: int, seconds: float) -> dict[str, Any]:
+    """Two members on one database, each a ``delay_ms`` away from it, and from each other:
+    one event per request published to the member that does not own the namespace, which
+    forwards each batch to the owner (docs/scaling.md, "Publishing to the owner")."""
+    delay = delay_ms / 1000
+    async with _pg_store() as env:
+        with ProxyProcess(delay) as db, tempfile.TemporaryDirectory() as d:
+            address = env["TIDINGS_STORE"].replace("127.0.0.1:5432", f"127.0.0.1:{db.port}")
+            store = {**env, "TIDINGS_WORKERS": "1", "TIDINGS_STORE": address}
+            (Path(d) / "a").mkdir()
+            owner = Server(Path(d) / "b", {**store, "TIDINGS_BROADCASTER_ID": "b"})
+            with ProxyProcess(delay, target=owner.port) as hop:
+                assert owner.env is not None
+                owner.env["TIDINGS_ADVERTISE_URL"] = f"http://127.0.0.1:{hop.port}"  # its peers reach it so
+                with owner:
+                    shutil.copy(Path(d) / "b" / "admin.token", Path(d) / "a" / "admin.token")
+                    with Server(Path(d) / "a", {**store, "TIDINGS_BROADCASTER_ID": "a"}) as given:
+                        ns = await _owned_by(given, "b")
+                        db0, hop0 = db.turns(), hop.turns()
+                        r = await publish_run(given, clients, 1, seconds, namespace=ns)
+                        n = max(1, r["requests"] + 3)
+                        r["db_round_trips_per_request"] = round((db.turns() - db0) / n, 2)
+                        r["member_round_trips_per_request"] = round((hop.turns() - hop0) / n, 2)
+    return {"delay_ms": delay_ms, "forwarded": r}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--delays", default="0,1,5", help="ms each way, comma-separated")
@@ -127,6 +180,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--batch", type=int, default=100, help="events per request of the second row (1: no such row)")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--forwarding", action="store_true",
+                    help="also: one event per request to a member that forwards to the owner")
     a = ap.parse_args()
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f}; {a.clients} clients, {a.seconds:g} s per row")
@@ -153,8 +208,23 @@ def main() -> None:
         print(f"{d:g} ms: one-event {one['events_per_s']} vs target {a.clients / (2 * rtt / 1000):.0f} events/s; "
               f"p50 over no-delay {over:.1f} ms = {over / rtt:.2f} rtt (target ≤ 1.5); "
               f"batched {batched:.0%} of no-delay")
+    forwarded = []
+    for d in (float(x) for x in a.delays.split(",")) if a.forwarding else ():
+        f = asyncio.run(one_forwarding(d, a.clients, a.seconds))
+        forwarded.append(f)
+        r = f["forwarded"]
+        print(f"{d:g} ms each way, forwarded to the owner: one event/request {r['events_per_s']} events/s, "
+              f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, {r['db_round_trips_per_request']} db and "
+              f"{r['member_round_trips_per_request']} member round trips/request", flush=True)
+    if forwarded and forwarded[0]["delay_ms"] == 0:
+        base = forwarded[0]["forwarded"]["p50_ms"]
+        for f in forwarded[1:]:
+            rtt = 2 * f["delay_ms"]
+            over = f["forwarded"]["p50_ms"] - base
+            print(f"{f['delay_ms']:g} ms, forwarded: p50 over no-delay {over:.1f} ms = {over / rtt:.2f} rtt "
+                  "(the member's hop and the owner's commit: 2 at best)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"load": os.getloadavg(), "rows": rows}, indent=1))
+        Path(a.json).write_text(json.dumps({"load": os.getloadavg(), "rows": rows, "forwarded": forwarded}, indent=1))
 
 
 if __name__ == "__main__":
