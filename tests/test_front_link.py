@@ -104,8 +104,13 @@ async def test_the_broker_serves_the_link_only_to_its_own_fronts(fronted: Server
     assert (answer.ref, answer.status) == (2, 401)
     await _close(writer)
 
-    # A frame past the largest batch, or one that is not a request: the connection ends.
-    for bad in ((2**31).to_bytes(HEAD_BYTES, "big"), frame(b"\xc1not msgpack")):
+    # A frame past the largest batch, or one that is not a request (not msgpack, the wrong
+    # shape, an empty frame, a header that is not UTF-8, 2^64 - 1 as its number with no
+    # batch): the connection ends.
+    not_utf8 = _encode(LinkRequest(3, "Bearer x", _batch())).replace(b"Bearer x", b"Bearer \xff")
+    past_64 = b"\x93\xcf" + b"\xff" * 8 + b"\xa0\x90"  # [2^64 - 1, "", []]
+    for bad in ((2**31).to_bytes(HEAD_BYTES, "big"), frame(b"\xc1not msgpack"), frame(_encode([1, "two"])),
+                frame(b""), frame(not_utf8), frame(past_64)):
         reader, writer = await asyncio.open_unix_connection(str(path))
         writer.write(frame(_front_secret(fronted).encode()) + bad)
         assert await asyncio.wait_for(reader.read(), 10) == b""
