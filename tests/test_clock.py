@@ -9,6 +9,7 @@ left true, as libfaketime does to a whole process (``test_clock_e2e.py``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -285,3 +286,34 @@ async def test_a_member_an_hour_ahead_reads_the_database_s_clock_and_says_so(
             assert abs(e.timestamp - time.time_ns()) < S
         finally:
             await store.close()
+
+
+async def test_a_reading_within_the_clock_s_error_bar_is_the_event_s_time(broker: Broker) -> None:
+    """A front's (or a forwarding member's) reading is the event's time, the same as its
+    ``icrc72:broadcaster:received`` header, unless it disagrees with the owner's clock:
+    more than ``max_clock_offset_s`` behind, or ahead by more than the clock's error bar
+    (a cluster clock read over a slow round trip may lag a true wall clock by half of it)."""
+    from tidings.core import ingest
+
+    b = broker
+    mono = time.monotonic_ns()
+    b.clock.observe(b.clock.now_ns(), time.time_ns(), mono - 40_000_000, mono)  # error bar: 20 ms
+    bar = b.clock.uncertainty_ns()
+    assert 20_000_000 <= bar < 30_000_000
+    cases = {"ahead within": 15_000_000, "ahead past": 200_000_000, "behind within": -400_000_000,
+             "behind past": -700_000_000}
+    for k, (name, off) in enumerate(cases.items()):
+        ns = f"t.bar{k}"  # one each: the store keeps a namespace's timestamps from going back
+        await b.orchestrator.register_publications(ADMIN, [PublicationRegistration(namespace=ns)])
+        now = b.clock.now_ns() + off
+        rows, refused = ingest.prepare([Event(namespace=ns, data={"Text": name})], now)
+        before = b.clock.now_ns()
+        (r,) = await b.broadcaster.commit(ADMIN, 1, rows, refused, now)
+        after = b.clock.now_ns()
+        (e,) = [e for e in await b.store.read_after(0, [ns], -1) if e.id == r.Ok[0]]  # type: ignore[union-attr]
+        received = dict(json.loads(e.headers))["icrc72:broadcaster:received"]["Nat"]
+        assert received == now
+        if name.endswith("within"):
+            assert e.timestamp == now, name
+        else:  # the owner's clock at the commit (and never earlier than the one before)
+            assert before <= e.timestamp <= after, name

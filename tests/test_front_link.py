@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import stat
 import time
 from collections.abc import AsyncIterator, Callable
@@ -208,3 +209,46 @@ async def test_a_broker_not_listening_is_a_503(tmp_path: Path) -> None:
         os.unlink(tmp_path / "link.sock")
         status, headers, _ = await _publish(http, url, 1)
     assert status == 503 and headers.get("Retry-After") == "1"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stopped", ["broker", "front"])
+async def test_a_broker_or_front_stopped_mid_link_loses_nothing_and_stores_nothing_twice(
+    fronted: ServerProcess, stopped: str,
+) -> None:
+    """SIGSTOP aimed at the link: for 4 s, the broker (its commits and the link's far end
+    frozen, the front's requests waiting on it) or the front (the broker's answers queued
+    on a peer that does not read). Publishers time out and retry with the same keys
+    through whatever process answers the port. Afterwards every event is stored once,
+    under the id it was answered with, and both processes serve on."""
+    from tidings.client import Publisher
+
+    from .test_publish_retries import NS as RNS
+    from .test_publish_retries import assert_exactly_once, register
+
+    await register(fronted)
+    (front,) = fronted.children()
+    assert fronted.proc is not None
+    pid = fronted.proc.pid if stopped == "broker" else front
+    answered: dict[str, int] = {}
+    per, n = 4, 120
+
+    async def publish_all(c: int) -> None:
+        async with Publisher(fronted.url, fronted.admin_token, deadline=60, timeout=1) as pub:
+            for i in range(0, n, 2):
+                names = [f"c{c}-{j}" for j in range(i, i + 2)]
+                for name, eid in zip(names, await pub.publish_many(RNS, names), strict=True):
+                    answered[name] = eid
+
+    tasks = [asyncio.create_task(publish_all(c)) for c in range(per)]
+    while len(answered) < per * n // 4:
+        await asyncio.sleep(0.005)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(4)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await asyncio.wait_for(asyncio.gather(*tasks), 90)
+    assert len(answered) == per * n
+    assert_exactly_once(fronted, answered)
+    assert fronted.children() == [front] and fronted.proc.poll() is None

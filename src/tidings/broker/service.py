@@ -131,6 +131,7 @@ class Broker:
             forwarding=self.forwarding,
             tracing=self.tracing,
             clock=now_ns,
+            uncertainty_ns=self.clock.uncertainty_ns,
             max_clock_offset_s=settings.max_clock_offset_s,
             overload=self.overload,
         )

@@ -68,6 +68,7 @@ class Broadcaster:
         schemas: SchemaCheck | None = None,
         forwarding: Forwarding | None = None,
         clock: Callable[[], int] = time.time_ns,
+        uncertainty_ns: Callable[[], int] = lambda: 0,
         tracing: Tracing | None = None,
         max_clock_offset_s: float = 0.5,
         overload: Overload | None = None,
@@ -82,6 +83,7 @@ class Broadcaster:
         self._max_pending = max_pending_events
         self._on_appended = on_appended
         self._clock = clock
+        self._uncertainty = uncertainty_ns
         self._pending = 0
         self.schemas = schemas
         self._forwarding = forwarding
@@ -228,8 +230,11 @@ class Broadcaster:
         # or this one's) is the event's time when it agrees with the cluster's clock; a
         # front or a member whose wall clock is off gets the cluster's clock's time here
         # instead. The store then keeps the later of it and the namespace's previous one.
+        # A reading ahead of the clock by no more than the clock's own error bar agrees
+        # with it: the cluster's clock, read over a loaded connection, may lag a front's
+        # true wall clock by up to half that round trip.
         stamp = self._clock()
-        if stamp - self._max_offset_ns <= now <= stamp:
+        if stamp - self._max_offset_ns <= now <= stamp + min(self._uncertainty(), self._max_offset_ns):
             stamp = now
         busy = self._pending + len(rows) > self._max_pending
         bindings = self._bindings(namespaces, stamp)
