@@ -252,3 +252,6 @@ async def test_a_broker_or_front_stopped_mid_link_loses_nothing_and_stores_nothi
     assert len(answered) == per * n
     assert_exactly_once(fronted, answered)
     assert fronted.children() == [front] and fronted.proc.poll() is None
+    # A stopped broker is not a stalled store: its commits waited for it, not the disk.
+    log = (fronted.data_dir / "server.log").read_text()
+    assert "has not committed" not in log and ("did not run" in log) == (stopped == "broker")

@@ -437,3 +437,46 @@ async def test_a_paused_postgresql_is_shed_told_and_recovered(
 
 async def _published(http: aiohttp.ClientSession, s: ServerProcess) -> bool:
     return (await _publish(http, s))[0] == 200
+
+
+async def test_a_process_that_did_not_run_does_not_blame_the_store() -> None:
+    """SIGSTOP (or a paused VM) stops the clock of nothing: a commit that waited while its
+    process was not running waited for the process, not the store. The watch sees its own
+    check come late and takes that time off; a store that stays stuck afterwards is still
+    a stall, a stall_s later."""
+    clock = _Clock()
+    o = Overload(Admission(1000, 10), store="s.db", timeout_s=60, stall_s=1.0, clock=clock)
+    store: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    wait = asyncio.ensure_future(o.commit(store))
+    await asyncio.sleep(0)
+    clock.now += 15  # stopped for 15 s
+    o.paused(15)
+    assert not o.stalled() and o.problem() is None
+    clock.now += 1.5  # running again, and the store still does not answer
+    assert o.stalled()
+    store.set_result(None)
+    await wait
+    assert not o.stalled()
+
+
+async def test_the_watch_sees_its_own_lateness(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    o = Overload(Admission(1000, 10), store="s.db", timeout_s=60, stall_s=1.0, clock=clock)
+    seen: list[float] = []
+    monkeypatch.setattr(o, "paused", seen.append)
+    real_sleep = asyncio.sleep
+
+    async def sleep(s: float) -> None:  # each check 0.25 s after the last; the third 6 s late
+        clock.now += s + (6.0 if len(ticks) == 2 else 0.0)
+        ticks.append(s)
+        await real_sleep(0)
+
+    ticks: list[float] = []
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    task = asyncio.ensure_future(o.watch(0.25))
+    while len(ticks) < 5:
+        await real_sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert seen == [6.0]

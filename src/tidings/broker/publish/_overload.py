@@ -34,6 +34,8 @@ T = TypeVar("T")
 
 COMMIT_TIMEOUT = "commit_timeout"
 """Refusal reason and error code: a commit not done within ``store_timeout_s``."""
+_PAUSE_S = 1.0
+"""A check of :meth:`Overload.watch` this much later than due: the process itself was not running."""
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -234,16 +236,30 @@ class Overload:
         a commit of nothing (``probe``) tells when the store commits again, so that a node
         unready, and sent no traffic, still learns it."""
         probe: asyncio.Future[Any] | None = None
+        last = self._clock()
         try:
             while True:
+                await asyncio.sleep(every_s)
+                now = self._clock()
+                late, last = now - last - every_s, now
+                if late >= max(_PAUSE_S, self.stall_s / 2):
+                    self.paused(late)
                 if self.stalled() and not self._waiting and self._probe is not None and (
                         probe is None or probe.done()):
                     probe = asyncio.ensure_future(self._probe())
                     self._track(probe, None)
-                await asyncio.sleep(every_s)
         finally:
             if probe is not None and not probe.done():
                 probe.cancel()
+
+    def paused(self, seconds: float) -> None:
+        """This process did not run for ``seconds`` (stopped with SIGSTOP, a VM paused, a
+        starved CPU): the commits waiting meanwhile are not counted as the store's stall,
+        since the answers they waited for could not be taken in. Said once in the log."""
+        self._waiting = {k: started + seconds for k, started in self._waiting.items()}
+        self._last_done += seconds
+        log.warning("this process did not run for %.1f s (stopped, paused or starved of CPU); "
+                    "its commits' wait meanwhile is not counted as the store's", seconds)
 
     def committed_within(self, seconds: float) -> bool:
         """Whether a commit succeeded in the last ``seconds``: proof enough that the store
