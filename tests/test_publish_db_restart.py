@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 import asyncpg
 import msgspec
 import pytest
 from bench.chaos._pg import PgNode, base_dir
+from bench.chaos._proxy import Proxy
 
 from tidings.client import Publisher
 
@@ -41,22 +43,48 @@ def pg() -> Iterator[PgNode]:
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_a_database_restart_stores_each_keyed_event_once_and_logs_no_traceback(
-    pg: PgNode, tmp_path: object, mode: str, server_factory: object
+    pg: PgNode, mode: str, server_factory: Callable[..., ServerProcess]
 ) -> None:
-    server: ServerProcess = server_factory(store=pg.dsn)  # type: ignore[operator]
+    server = server_factory(store=pg.dsn)
+    await _publish_through_restarts(server, pg, mode, publishers=1, n=300)
+
+
+async def test_a_restart_with_several_groups_in_flight_stores_each_keyed_event_once(
+    pg: PgNode, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """The database 5 ms each way behind a proxy and eight publishers: the appender keeps
+    up to four groups in flight (``store._pg_events``), and the restart meets them all at
+    once, some committed and unanswered, some not."""
+    # The proxy on a loop of its own: starting the server blocks this one.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    proxy = asyncio.run_coroutine_threadsafe(Proxy(pg.port, delay_s=0.005).start(), loop).result(10)
+    try:
+        server = server_factory(store=f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres")
+        proxy.most_waiting = 0
+        await _publish_through_restarts(server, pg, "immediate", publishers=8, n=480)
+        assert proxy.most_waiting >= 3  # groups, the heartbeat and reads were out at once
+    finally:
+        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+async def _publish_through_restarts(server: ServerProcess, pg: PgNode, mode: str, *, publishers: int, n: int) -> None:
     answered: dict[str, int] = {}
-    n = 300
     async with Publisher(server.url, server.admin_token) as admin:
         await admin.register_publication(NS)
 
-    async def publish_all() -> None:
+    async def publish_all(c: int) -> None:
         async with Publisher(server.url, server.admin_token, deadline=60, timeout=5) as pub:
-            for i in range(0, n, 3):
+            for i in range(c * n // publishers, (c + 1) * n // publishers, 3):
                 batch = [f"k{j}" for j in range(i, i + 3)]
                 for name, eid in zip(batch, await pub.publish_many(NS, batch), strict=True):
                     answered[name] = eid
 
-    task = asyncio.create_task(publish_all())
+    task = asyncio.gather(*(publish_all(c) for c in range(publishers)))
     for mark in (n // 4, n // 2):
         while len(answered) < mark and not task.done():
             await asyncio.sleep(0.005)
