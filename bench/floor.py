@@ -220,12 +220,22 @@ async def scenario(s: Settings) -> list[Row]:
         rows.append(await _guard("floor", kind, f"{how}: empty app, one WebSocket message round trip {at}", "ms",
                                  timeout, ws, _lat))
         rows[-1].details["floor"] = "ws-latency"
+        if kind == "uvicorn":  # the CPU floor of the cpu row: bench/floor_cpu.py
+            from bench.floor_cpu import relay_cpu
+
+            async def relay() -> dict[str, Any]:
+                return await relay_cpu(1000.0, s.seconds)
+
+            rows.append(await _guard("floor", kind, f"{how}: empty relay app, a publish in and its push out, "
+                                     "at 1,000/s", "ms CPU per event", timeout, relay,
+                                     lambda d: {"server": d["server_ms"]}))
+            rows[-1].details["floor"] = "http-relay-cpu"
     return rows
 
 
 # Which floor each tidings figure is set against: its transport and its kind.
-_AGAINST = {"latency": "http-latency", "stream-latency": "ws-latency", "publish-1": "http-one-event",
-            "xmpp-latency": "http-latency", "filter-cost": "http-latency"}
+_AGAINST = {"cpu": "http-relay-cpu", "latency": "http-latency", "stream-latency": "ws-latency",
+            "publish-1": "http-one-event", "xmpp-latency": "http-latency", "filter-cost": "http-latency"}
 
 
 def with_floor_ratios(rows: list[Row]) -> None:

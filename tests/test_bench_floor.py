@@ -51,4 +51,23 @@ def test_python_m_bench_only_floor_reports_both_servers(tmp_path: Path) -> None:
     assert main(["--only", "floor", "--quick", "--seconds", "0.3", "--rate", "200", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["results"]
     got = {(r["system"], r["details"]["floor"]) for r in rows if r["figures"]}
-    assert got == {(k, f) for k in SERVERS for f in ("http-latency", "http-one-event", "ws-latency")}
+    want = {(k, f) for k in SERVERS for f in ("http-latency", "http-one-event", "ws-latency")}
+    assert got == want | {("uvicorn", "http-relay-cpu")}
+
+
+async def test_the_relay_floor_pushes_every_publish_and_counts_its_cpu() -> None:
+    from bench.floor_cpu import relay_cpu
+
+    d = await relay_cpu(200.0, 0.5)
+    assert d["events"] >= 100 and d["cpu_s"] > 0 and d["server_ms"] > 0
+
+
+def test_the_cpu_row_is_set_against_the_relay_floor() -> None:
+    rows = [
+        Row("floor", "uvicorn", "", "ms CPU per event", {"server": 0.3}, details={"floor": "http-relay-cpu"}),
+        Row("cpu", "tidings", "", "ms CPU per event", {"server": 0.9}),
+        Row("stream-cpu", "tidings", "", "ms CPU per event", {"server": 0.9}),
+    ]
+    with_floor_ratios(rows)
+    assert rows[1].details["x_floor"] == {"server": 3.0}
+    assert "x_floor" not in rows[2].details  # a WebSocket's floor is not HTTP's
