@@ -84,8 +84,14 @@ def _serve(kind: str, port: int) -> None:
 async def floor_server(kind: str) -> AsyncIterator[str]:
     """A floor server of ``kind`` on a free port; its base URL."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bench.floor", "serve", kind, str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    async with serving([sys.executable, "-m", "bench.floor", "serve", kind, str(port)], port, kind) as (url, _):
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving(command: list[str], port: int, name: str) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``command`` run until the block ends, once it listens on ``port``: its URL and process."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -95,9 +101,9 @@ async def floor_server(kind: str) -> AsyncIterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the {kind} floor server did not start") from None
+                    raise RuntimeError(f"the {name} floor server did not start") from None
                 await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
         proc.terminate()
         try:
@@ -220,16 +226,6 @@ async def scenario(s: Settings) -> list[Row]:
         rows.append(await _guard("floor", kind, f"{how}: empty app, one WebSocket message round trip {at}", "ms",
                                  timeout, ws, _lat))
         rows[-1].details["floor"] = "ws-latency"
-        if kind == "uvicorn":  # the CPU floor of the cpu row: bench/floor_cpu.py
-            from bench.floor_cpu import relay_cpu
-
-            async def relay() -> dict[str, Any]:
-                return await relay_cpu(1000.0, s.seconds)
-
-            rows.append(await _guard("floor", kind, f"{how}: empty relay app, a publish in and its push out, "
-                                     "at 1,000/s", "ms CPU per event", timeout, relay,
-                                     lambda d: {"server": d["server_ms"]}))
-            rows[-1].details["floor"] = "http-relay-cpu"
     return rows
 
 

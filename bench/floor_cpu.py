@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from bench._harness import free_port
-from bench.floor import http_latency
+from bench._scenario import Row, Settings, _guard
+from bench.floor import SERVERS, http_latency, serving
+from bench.floor import scenario as floor_scenario
+from bench.live_plane import sink
 
-__all__ = ["relay_cpu"]
+__all__ = ["relay_cpu", "scenario"]
 
 _ANSWER = b'[{"Ok":1}]'
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_ANSWER)).encode())]
@@ -89,48 +90,31 @@ def _serve(port: int, push_url: str) -> None:
     uvloop.run(uvicorn.Server(config).serve())
 
 
-@contextlib.asynccontextmanager
-async def _subscriber() -> AsyncIterator[tuple[str, list[int]]]:
-    """The push endpoint: answers each push ``null`` (taken), counting them."""
-    got = [0]
+async def scenario(s: Settings) -> list[Row]:
+    """The ``floor`` scenario: the empty app's rows (``bench.floor``), then the relay's CPU
+    under tidings' server."""
+    rows = await floor_scenario(s)
 
-    async def take(request: web.Request) -> web.Response:
-        await request.read()
-        got[0] += 1
-        return web.Response(body=b"null", content_type="application/json")
+    async def relay() -> dict[str, Any]:
+        return await relay_cpu(1000.0, s.seconds)
 
-    app = web.Application()
-    app.router.add_post("/push", take)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/push", got
-    finally:
-        await runner.cleanup()
+    rows.append(await _guard("floor", "uvicorn", f"{SERVERS['uvicorn']}: empty relay app, a publish in and its "
+                             "push out, at 1,000/s", "ms CPU per event", 2 * s.seconds + 60, relay,
+                             lambda d: {"server": d["server_ms"]}))
+    rows[-1].details["floor"] = "http-relay-cpu"
+    return rows
 
 
 async def relay_cpu(rate: float, seconds: float) -> dict[str, Any]:
     """The relay app's CPU per event at ``rate`` publishes/s for ``seconds``."""
     import psutil
 
-    async with _subscriber() as (push_url, got):
+    got = [0]
+    runner, push_url = await sink(got)
+    try:
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "bench.floor_cpu", "serve", str(port), push_url],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    _, w = await asyncio.open_connection("127.0.0.1", port)
-                    w.close()
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the relay floor server did not start") from None
-                    await asyncio.sleep(0.05)
+        command = [sys.executable, "-m", "bench.floor_cpu", "serve", str(port), push_url]
+        async with serving(command, port, "relay") as (url, proc):
             await http_latency(url, rate, 1.0, 0.0)  # warm: connections, imports, caches
             await asyncio.sleep(0.2)
             p = psutil.Process(proc.pid)
@@ -140,13 +124,8 @@ async def relay_cpu(rate: float, seconds: float) -> dict[str, Any]:
             while got[0] - pushed < lat["sent"] and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             after = p.cpu_times()
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    finally:
+        await runner.cleanup()
     events = got[0] - pushed
     if not events:
         raise RuntimeError("no push reached the subscriber")

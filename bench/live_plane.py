@@ -56,10 +56,10 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
             config = [["tidings:publication:schema", {"Nat": r["Ok"]["id"]}]]
         pub = [{"namespace": "bench.tp", "config": config}]
         await post(s, srv.url, "icrc72_register_publication", json.dumps(pub).encode())
-        sink = None
+        taker = None
         if subscription_filter is not None:  # one subscriber, whose filter runs on every event
-            sink = await _sink()
-            sub = [{"namespace": "bench.tp", "endpoint": sink[1], "filter": subscription_filter}]
+            taker = await sink()
+            sub = [{"namespace": "bench.tp", "endpoint": taker[1], "filter": subscription_filter}]
             await post(s, srv.url, "icrc72_register_subscription", json.dumps(sub).encode())
         body = json.dumps([event] * batch).encode()
         # A keyed event: the event's JSON with a key spliced in before its closing brace,
@@ -85,8 +85,8 @@ async def throughput(srv: Server, clients: int, batch: int, seconds: float,
         t0 = time.monotonic()
         await asyncio.gather(*(client(urls[k % len(urls)], k) for k in range(clients)))
         elapsed = time.monotonic() - t0
-        if sink is not None:
-            await sink[0].cleanup()
+        if taker is not None:
+            await taker[0].cleanup()
     return {"events": count, "seconds": round(elapsed, 2), "events_per_s": round(count / elapsed)}
 
 
@@ -111,12 +111,15 @@ async def alternated(a: Server, b: Server, clients: int, batch: int, seconds: fl
     return fig(False), fig(True)
 
 
-async def _sink() -> tuple[Any, str]:
-    """A subscriber endpoint that takes every push (aiohttp.web on a free port)."""
+async def sink(got: list[int] | None = None) -> tuple[Any, str]:
+    """A subscriber endpoint that takes every push (aiohttp.web on a free port), counting
+    them in ``got[0]`` if given: its runner and URL."""
     from aiohttp import web
 
     async def take(request: web.Request) -> web.Response:
         await request.read()
+        if got is not None:
+            got[0] += 1
         return web.Response(text="null", content_type="application/json")
 
     app = web.Application()
@@ -190,8 +193,8 @@ async def paced_publishes(srv: Server, rate: float, n: int, handle: Callable[[Ev
             await post(s, srv.url, "icrc72_register_publication", b'[{"namespace":"bench.lat"}]')
             await sub.subscribe("bench.lat", f"http://127.0.0.1:{port}/")
             if other_filter is not None:  # another subscriber, whose filter runs on every event
-                sink = await _sink()
-                other = [{"namespace": "bench.lat", "endpoint": sink[1], "filter": other_filter}]
+                taker = await sink()
+                other = [{"namespace": "bench.lat", "endpoint": taker[1], "filter": other_filter}]
                 await post(s, srv.url, "icrc72_register_subscription", json.dumps(other).encode())
             interval = 1 / rate
             t_next = time.perf_counter()
