@@ -317,3 +317,25 @@ async def test_a_reading_within_the_clock_s_error_bar_is_the_event_s_time(broker
             assert e.timestamp == now, name
         else:  # the owner's clock at the commit (and never earlier than the one before)
             assert before <= e.timestamp <= after, name
+
+
+async def test_the_broker_and_its_fronts_state_their_time_by_one_clock(broker: Broker) -> None:
+    """A publish the broker takes itself and the next one a front hands over, in one
+    namespace: both are read off this host's wall clock, so the later is not behind the
+    earlier and each keeps its reading (the ``received`` header) as its time, even while
+    the cluster's clock runs a little ahead of the wall (within its error bar)."""
+    from tidings.core import ingest
+
+    b = broker
+    await b.orchestrator.register_publications(ADMIN, [PublicationRegistration(namespace="t.one")])
+    mono = time.monotonic_ns()
+    b.clock.observe(time.time_ns() + 10_000_000, time.time_ns(), mono - 40_000_000, mono)  # 10 ms ahead
+    (r1,) = await b.broadcaster.publish(ADMIN, [Event(namespace="t.one", data={"Text": "broker"})])
+    now = time.time_ns()  # a front's reading, a moment later
+    rows, refused = ingest.prepare([Event(namespace="t.one", data={"Text": "front"})], now)
+    (r2,) = await b.broadcaster.commit(ADMIN, 1, rows, refused, now)
+    events = sorted(await b.store.read_after(0, ["t.one"], -1), key=lambda e: e.id)
+    assert [e.id for e in events] == [r1.Ok[0], r2.Ok[0]]  # type: ignore[union-attr]
+    for e in events:
+        assert e.timestamp == dict(json.loads(e.headers))["icrc72:broadcaster:received"]["Nat"]
+    assert events[1].timestamp == now

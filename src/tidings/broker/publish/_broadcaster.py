@@ -132,7 +132,10 @@ class Broadcaster:
         if n > self._max_items:
             return [err("GenericBatchError", f"a batch holds at most {self._max_items} events")] * n
         await self._orch.known({e.namespace for e in events})
-        now = self._clock()
+        # This process's wall clock, as a front reads it: on one host every receiving process
+        # then states its time by the same clock, and ``commit`` keeps a reading that agrees
+        # with the cluster's clock (a wall clock off by more is replaced there).
+        now = time.time_ns()
         try:
             rows, refused = ingest.prepare(events, now, checked=checked)
         except values.InvalidValue as x:
