@@ -51,7 +51,9 @@ class Env:
             info = await js.stream_info(self.js_stream)
         except nats.js.errors.NotFoundError:
             return []
-        out = []
+        out: list[str] = []
+        if not info.state.messages:  # made, nothing in it yet: its first_seq is 0, no message's
+            return out
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             msg = await js.get_msg(self.js_stream, seq)
             out.append(json.loads(msg.data)["dataLocation"].rsplit("hl=", 1)[1])
