@@ -480,3 +480,27 @@ async def test_the_watch_sees_its_own_lateness(monkeypatch: pytest.MonkeyPatch) 
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert seen == [6.0]
+
+
+async def test_a_pause_moves_no_commit_into_the_future() -> None:
+    """A starved process runs a little before its late check: a commit done in that moment
+    is not moved past now by the pause taken off, so a commit still stuck is a stall
+    ``stall_s`` later, not ``stall_s`` plus the pause."""
+    clock = _Clock()
+    o = Overload(Admission(1000, 10), store="s.db", timeout_s=60, stall_s=1.0, clock=clock)
+    loop = asyncio.get_running_loop()
+    stuck: asyncio.Future[None] = loop.create_future()
+    quick: asyncio.Future[None] = loop.create_future()
+    waits = [asyncio.ensure_future(o.commit(stuck))]
+    await asyncio.sleep(0)
+    clock.now += 15  # the process did not run; then, before the watch's check, a commit ends
+    waits.append(asyncio.ensure_future(o.commit(quick)))
+    await asyncio.sleep(0)
+    quick.set_result(None)
+    await asyncio.sleep(0)
+    o.paused(15)
+    assert not o.stalled()
+    clock.now += 1.5
+    assert o.stalled()  # the stuck commit, 1.5 s after the process ran again
+    stuck.set_result(None)
+    await asyncio.gather(*waits)

@@ -237,7 +237,8 @@ class Broadcaster:
         # with it: the cluster's clock, read over a loaded connection, may lag a front's
         # true wall clock by up to half that round trip.
         stamp = self._clock()
-        if stamp - self._max_offset_ns <= now <= stamp + min(self._uncertainty(), self._max_offset_ns):
+        if stamp - self._max_offset_ns <= now and (
+                now <= stamp or now <= stamp + min(self._uncertainty(), self._max_offset_ns)):
             stamp = now
         busy = self._pending + len(rows) > self._max_pending
         bindings = self._bindings(namespaces, stamp)

@@ -256,8 +256,11 @@ class Overload:
         """This process did not run for ``seconds`` (stopped with SIGSTOP, a VM paused, a
         starved CPU): the commits waiting meanwhile are not counted as the store's stall,
         since the answers they waited for could not be taken in. Said once in the log."""
-        self._waiting = {k: started + seconds for k, started in self._waiting.items()}
-        self._last_done += seconds
+        # Never past now: a commit begun or done since the process ran again is not moved
+        # into the future, where it would hide a stall for as long as the pause lasted.
+        now = self._clock()
+        self._waiting = {k: min(started + seconds, now) for k, started in self._waiting.items()}
+        self._last_done = min(self._last_done + seconds, now)
         log.warning("this process did not run for %.1f s (stopped, paused or starved of CPU); "
                     "its commits' wait meanwhile is not counted as the store's", seconds)
 
