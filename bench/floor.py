@@ -64,16 +64,22 @@ async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
             await send({"type": "websocket.send", "text": f'{{"op":"results","refs":[{ref}],"results":[{{"Ok":1}}]}}'})
 
 
+def serve_uvicorn(asgi: Callable[..., Awaitable[None]], port: int) -> None:
+    """Serve ``asgi`` as ``tidings serve`` serves its app: uvicorn with tidings' protocol
+    classes and settings, on uvloop."""
+    import uvicorn
+    import uvloop
+
+    from tidings.server import _config
+    from tidings.settings import Settings as TidingsSettings
+
+    config = _config(asgi, TidingsSettings(host="127.0.0.1", port=port, log_level="warning"))
+    uvloop.run(uvicorn.Server(config).serve())
+
+
 def _serve(kind: str, port: int) -> None:
     if kind == "uvicorn":
-        import uvicorn
-        import uvloop
-
-        from tidings.server import _config
-        from tidings.settings import Settings as TidingsSettings
-
-        config = _config(app, TidingsSettings(host="127.0.0.1", port=port, log_level="warning"))
-        uvloop.run(uvicorn.Server(config).serve())
+        serve_uvicorn(app, port)
         return
     os.execvp(sys.executable, [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1",
                                "--port", str(port), "--workers", "1", "--loop", "uvloop", "--http", "1", "--ws",

@@ -26,7 +26,7 @@ import aiohttp
 
 from bench._harness import free_port
 from bench._scenario import Row, Settings, _guard
-from bench.floor import SERVERS, http_latency, serving
+from bench.floor import SERVERS, http_latency, serve_uvicorn, serving
 from bench.floor import scenario as floor_scenario
 from bench.live_plane import sink
 
@@ -79,17 +79,6 @@ def relay_app(push_url: str) -> Callable[..., Awaitable[None]]:
     return app
 
 
-def _serve(port: int, push_url: str) -> None:
-    import uvicorn
-    import uvloop
-
-    from tidings.server import _config
-    from tidings.settings import Settings as TidingsSettings
-
-    config = _config(relay_app(push_url), TidingsSettings(host="127.0.0.1", port=port, log_level="warning"))
-    uvloop.run(uvicorn.Server(config).serve())
-
-
 async def scenario(s: Settings) -> list[Row]:
     """The ``floor`` scenario: the empty app's rows (``bench.floor``), then the relay's CPU
     under tidings' server."""
@@ -135,6 +124,6 @@ async def relay_cpu(rate: float, seconds: float) -> dict[str, Any]:
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "serve":
-        _serve(int(sys.argv[2]), sys.argv[3])
+        serve_uvicorn(relay_app(sys.argv[3]), int(sys.argv[2]))
     else:
         sys.exit("usage: python -m bench.floor_cpu serve PORT PUSH_URL")
