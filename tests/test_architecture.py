@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "schemas": {"core", "errors", "store"},
     "pipeline": {"core", "errors", "settings"},
     "client": {"core", "errors"},
-    "broker": {"core", "errors", "settings", "store", "schemas", "outbound", "pipeline", "tracing"},
+    "broker": {"core", "errors", "settings", "store", "schemas", "outbound", "pipeline", "tracing", "logs"},
     "interchain": {"core", "errors", "client", "outbound", "pipeline", "http1"},
     "console": {"core", "errors", "broker", "store"},
     "api": {"core", "errors", "broker", "schemas", "store", "console", "bodies", "fastpath"},

@@ -196,6 +196,21 @@ class Settings:
     replay_max_rate: float = 0.0
     """Most notifications a second the replays and redrives of a process send together; 0: no cap."""
 
+    replay_process: bool = True
+    """Replays to ``trusted`` subscriptions with no price are read, filtered and pushed by
+    a process of their own (docs/replay.md, "Where a replay runs"), so that they do not
+    take the live path's interpreter; off: in the broker's. Replays of a memory store,
+    and with tracing on, always run in the broker."""
+
+    replay_step_slack_s: float = 30.0
+    """Beyond a push's deadline, how long the broker waits for the replay process to answer
+    one batch (a slow read included) before it takes the process for hung, stops it and
+    pushes that batch itself."""
+
+    replay_nice: int = 10
+    """The replay process's CPU priority below the broker's (``nice``; 0 to 19): on a busy
+    host the kernel gives the live path a core first."""
+
     max_publications_per_principal: int = 1_000
     """Most publications one principal may own (admins are not limited)."""
 
@@ -368,6 +383,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "replay_batch_size": (1, 100_000),
     "replay_yield_ms": (0, 10_000),
     "replay_max_rate": (0, 1e9),
+    "replay_nice": (0, 19),
+    "replay_step_slack_s": (0.1, 600.0),
     "max_batch_items": (1, 1_000_000),
     "max_body_bytes": (1, 1 << 30),
     "tail_capacity": (1, 10_000_000),

@@ -21,22 +21,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..core.admission import Admission
-from ..core.netpolicy import AddressPolicy
 from ..core.wire import ConfirmResult
 from ..errors import ConfigError
 from ..outbound import Outbound
 from ..schemas import Retention, SchemaBinder, SchemaRegistry
 from ..settings import Settings
 from ..store import ClusterStore, PrincipalRecord, Store, StoredEvent, redact_address
+from ..store.range_reader import reader_address
 from ..tracing import TracingUnavailable
 from ..tracing import start as start_tracing
 from .auth import Authenticator, Authorizer
 from .cluster import ClockWatch, Cluster, Commands, ControlLog, Forwarding, Membership, Outage, RegistrySync
-from .delivery import DeadLetters, Delivery, Handshake, Signing, Tail
+from .delivery import DeadLetters, Delivery, Handshake, Signing, Tail, policy_for
 from .metrics import Metrics
 from .publish import Broadcaster, BroadcasterQueries, Overload
 from .registry import Orchestrator, Registry
-from .replay import Replays
+from .replay import RemotePusher, Replays
 
 __all__ = ["Broker"]
 
@@ -62,7 +62,7 @@ class Broker:
         # cluster's bound on stale state (docs/scaling.md, "Shared state"): 2 s.
         self.auth = Authenticator(store, cache_s=2.0, now_ns=now_ns)
         self.outbound = Outbound(
-            _address_policy(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections,
+            policy_for(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections,
             connect_timeout_s=settings.connect_timeout_s,
         )
         # Each part is built with the parts it calls, in an order with no cycle: the
@@ -143,7 +143,11 @@ class Broker:
         self._runner: asyncio.Task[None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
         self._reclaim_task: asyncio.Task[None] | None = None
-        self.replays = Replays(store, self.orchestrator, self.delivery, settings, owns=owns)
+        reader = reader_address(store) if settings.replay_process and self.tracing is None else None
+        self.replays = Replays(
+            store, self.orchestrator, self.delivery, settings, owns=owns,
+            remote=RemotePusher(settings, reader) if reader is not None else None, secrets=self.signing.live_secrets,
+        )
         self._replay_task: asyncio.Task[None] | None = None
         self.broadcasters = BroadcasterQueries(store, self.orchestrator, self.membership)
         self.cluster: Cluster | None = None
@@ -276,7 +280,7 @@ class Broker:
                     await task
         self._cluster_task = self._retention_task = self._reclaim_task = self._replay_task = self._clock_task = None
         self._overload_task = None
-        await asyncio.to_thread(self.replays.close)
+        await self.replays.close()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -379,16 +383,3 @@ def _cluster_settings(settings: Settings) -> Settings:
     return settings
 
 
-def _address_policy(settings: Settings) -> AddressPolicy:
-    for name in ("outbound_per_host", "outbound_max_connections", "answer_max_bytes"):
-        if getattr(settings, name) < 1:  # aiohttp reads 0 as "no limit": refuse it
-            raise ConfigError(f"TIDINGS_{name.upper()} must be at least 1")
-    modes = {"auto": None, "restricted": True, "open": False}
-    if settings.outbound_policy not in modes:
-        raise ConfigError(f"TIDINGS_OUTBOUND_POLICY={settings.outbound_policy!r}: use auto, restricted or open")
-    try:
-        return AddressPolicy.for_server(
-            settings.host, settings.port, settings.outbound_allow, restricted=modes[settings.outbound_policy]
-        )
-    except ValueError as e:
-        raise ConfigError(f"TIDINGS_OUTBOUND_ALLOW: {e}") from None

@@ -17,7 +17,10 @@ from ._pg_functions import NO_CREDIT
 from ._records import Stat, StoredEvent
 from ._replays import InsufficientCredit, ReplayCounts, ReplayRecord, ReplayStore, with_pairs
 
-__all__ = ["PgReplayStore"]
+__all__ = ["RANGE_SQL", "PgReplayStore"]
+
+RANGE_SQL = f"SELECT {EVENT_COLS} FROM events WHERE namespace = $1 AND id > $2 AND id < $3 ORDER BY id LIMIT $4"
+"""A namespace's events by id range (``read_range``; ``range_reader``)."""
 
 _FIELDS = (
     "id", "requester", "namespace", "subscription_id", "from_id", "to_id", "open_end", "config", "memo",
@@ -208,10 +211,7 @@ class PgReplayStore(PgAccess, ReplayStore):
     async def read_range(
         self, namespace: str, after_id: int, before_id: int, limit: int, *, pairs: bytes | None = None
     ) -> list[StoredEvent]:
-        rows = await self._fetch(
-            f"SELECT {EVENT_COLS} FROM events WHERE namespace = $1 AND id > $2 AND id < $3 ORDER BY id LIMIT $4",
-            namespace, after_id, before_id, 2**62 if limit < 0 else limit,
-        )
+        rows = await self._fetch(RANGE_SQL, namespace, after_id, before_id, 2**62 if limit < 0 else limit)
         return with_pairs([event_row(r) for r in rows], pairs)
 
     async def last_event_id(self, namespace: str) -> int:

@@ -18,7 +18,7 @@ from ._sqlite_db import SQLiteAccess, insert_notifications, insert_rows, take_id
 from ._sqlite_deliveries import insert_confirmed
 from ._sqlite_writer import lazy
 
-__all__ = ["REPLAY_DDL", "SQLiteReplayStore"]
+__all__ = ["REPLAY_DDL", "SQLiteReplayStore", "range_rows"]
 
 REPLAY_DDL = """
 CREATE TABLE IF NOT EXISTS replays (
@@ -71,6 +71,22 @@ _FIELDS = (
 )
 _COLS = ", ".join(_FIELDS)
 _EVENT_COLS = "seq, namespace, id, prev_id, timestamp, source, data, headers"
+
+
+def range_rows(
+    c: sqlite3.Connection, namespace: str, after_id: int, before_id: int, limit: int, pairs: bytes | None
+) -> list[StoredEvent]:
+    """A namespace's events with ``after_id < id < before_id``, at most ``limit``, in id
+    order, with the header ``pairs`` appended (``read_range``; ``range_reader``)."""
+    rows = c.execute(
+        f"SELECT {_EVENT_COLS} FROM events WHERE namespace = ? AND id > ? AND id < ? ORDER BY id LIMIT ?",
+        (namespace, after_id, before_id, limit),
+    )
+    return [
+        StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5], data=r[6],
+                    headers=r[7] if pairs is None else append_pairs(r[7], pairs))
+        for r in rows
+    ]
 
 
 def _record(r: tuple[Any, ...]) -> ReplayRecord:
@@ -341,18 +357,9 @@ class SQLiteReplayStore(SQLiteAccess, ReplayStore):
     async def read_range(
         self, namespace: str, after_id: int, before_id: int, limit: int, *, pairs: bytes | None = None
     ) -> list[StoredEvent]:
-        def q(c: sqlite3.Connection) -> list[StoredEvent]:
-            rows = c.execute(
-                f"SELECT {_EVENT_COLS} FROM events WHERE namespace = ? AND id > ? AND id < ? ORDER BY id LIMIT ?",
-                (namespace, after_id, before_id, limit),
-            )
-            return [
-                StoredEvent(seq=r[0], namespace=r[1], id=r[2], prev_id=r[3], timestamp=r[4], source=r[5], data=r[6],
-                            headers=r[7] if pairs is None else append_pairs(r[7], pairs))
-                for r in rows
-            ]
-
-        result: list[StoredEvent] = await self._read(q)
+        result: list[StoredEvent] = await self._read(
+            lambda c: range_rows(c, namespace, after_id, before_id, limit, pairs)
+        )
         return result
 
     async def last_event_id(self, namespace: str) -> int:

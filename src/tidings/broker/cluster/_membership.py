@@ -76,6 +76,13 @@ class Membership:
         own clock, nobody else can have taken it yet."""
         return not self.shared or (sub_id in self.held and self._monotonic() < self.valid_until)
 
+    def acts_until(self, sub_id: int) -> float:
+        """Until when, on ``monotonic``, this process may push ``sub_id`` (:meth:`may_act`):
+        0 when it may not now; infinity alone."""
+        if not self.shared:
+            return float("inf")
+        return self.valid_until if self.may_act(sub_id) else 0.0
+
     def lost(self, sub_id: int) -> None:
         """The store refused a write for ``sub_id`` under its fence: another holds the
         lease. Forget it now; the next heartbeat claims again what is this one's."""

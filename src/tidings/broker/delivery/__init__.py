@@ -16,7 +16,9 @@ from ._dead_letters import DeadLetters
 from ._delivery import Delivery
 from ._handshake import Handshake
 from ._notes import Gone, Note, Pushed, RoutedTo, taken_whole
-from ._push import Leases, Transport
+from ._outbound import policy_for
+from ._push import Leases, Transport, answer_of, http_push
+from ._push_body import PushBodies
 from ._signing import Signing
 from ._tail import Tail
 from ._yielding import LiveFirst
@@ -29,11 +31,15 @@ __all__ = [
     "Leases",
     "LiveFirst",
     "Note",
+    "PushBodies",
     "Pushed",
     "RoutedTo",
     "Signing",
     "Tail",
     "Transport",
+    "answer_of",
     "counted",
+    "http_push",
+    "policy_for",
     "taken_whole",
 ]

@@ -449,6 +449,12 @@ class Delivery:
         if self._leases is not None:
             self._leases.lost(sub_id)
 
+    def acts_until(self, sub_id: int) -> float | None:
+        """Until when (``time.monotonic``) a push of ``sub_id`` may leave this host: the
+        lease's sure end when broadcasters share the store, 0 when it is not surely held;
+        None alone (no lease)."""
+        return None if self._leases is None else self._leases.acts_until(sub_id)
+
     def fence_of(self, sub_id: int) -> Fence | None:
         """The lease this process delivers ``sub_id`` under, for its writes to carry."""
         w = self._workers.get(sub_id)

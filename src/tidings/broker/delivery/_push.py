@@ -19,7 +19,7 @@ from ...core import tracecontext
 from ...core.config import SubscriptionConfig
 from ...core.retry import Outcome, classify, retry_after_seconds
 from ...core.undecodable import UNDECODABLE
-from ...outbound import Outbound
+from ...outbound import Answer, Outbound
 from ...settings import Settings
 from ...store import Fence, SubscriptionRecord
 from ...tracing import Tracing
@@ -27,7 +27,7 @@ from ._notes import Note
 from ._push_body import PushBodies, cloudevents_push
 from ._tail import Tail
 
-__all__ = ["Leases", "Push", "Transport"]
+__all__ = ["Leases", "Push", "Transport", "answer_of", "http_push"]
 
 Transport = Callable[
     [SubscriptionRecord, Sequence[Note], SubscriptionConfig],
@@ -42,6 +42,10 @@ class Leases(Protocol):
     carry."""
 
     def may_act(self, sub_id: int) -> bool: ...
+
+    def acts_until(self, sub_id: int) -> float:
+        """Until when (``time.monotonic``) this process surely holds ``sub_id``'s lease; 0: not now."""
+        ...
 
     async def until_may_act(self, sub_id: int) -> None: ...
 
@@ -117,39 +121,60 @@ class Push:
         if transport is not None:  # another protocol's face (xmpp: docs/xmpp.md)
             await self._lease_gate(sub.id)
             return await transport(sub, batch, conf)
-        if conf.cloudevents is not None:  # the subscription asked for CloudEvents (docs/cloudevents.md)
-            body, headers = cloudevents_push(batch, conf.cloudevents)
-        else:
-            body, headers = self.notifications(batch, conf), {"content-type": "application/json"}
-        if trace is not None:  # the push span's own context: the receiver's spans are its children
-            headers.update(trace)
-        elif tracecontext.TRACEPARENT not in headers:
-            # The HTTP header carries the first traced event's context (for the receiver's
-            # HTTP tracing); each notification's headers keep its own (docs/wire-format.md).
-            context = tracecontext.first_of(n.event.headers for n in batch)
-            if context is not None:
-                headers.update(context.pairs())
-        headers["x-tidings-subscription"] = str(sub.id)
-        headers["x-tidings-mode"] = sub.mode
         fence = self._fence_of(sub.id) if self._leases is not None else None
-        if fence is not None:
-            # Rises each time the subscription passes to another broadcaster: a receiver
-            # can refuse a push under an epoch lower than one it has seen (docs/scaling.md).
-            headers["x-tidings-lease-epoch"] = str(fence.epoch)
-        if self.signer is not None:
-            # A retry of the same batch keeps its message id, so receivers can dedupe.
-            headers.update(self.signer(sub.id, f"{sub.id}-{batch[0].id}-{batch[-1].id}", body))
+        body, headers = http_push(
+            self._bodies, batch, conf, sub_id=sub.id, mode=sub.mode, sent_ns=self._now_ns(),
+            keep_above=self._tail.floor, epoch=None if fence is None else fence.epoch, signer=self.signer, trace=trace,
+        )
         deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self._settings.push_timeout_s
         await self._lease_gate(sub.id)
         got = await self.outbound.post(
             sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self._settings.answer_max_bytes
         )
-        if got.status is None:
-            return Outcome.NO_ANSWER, None, got.code, None
-        retry_after = retry_after_seconds(got.status, got.retry_after, self._now_ns() / 1e9)
-        outcome = classify(got.status, retry_after)
-        answer: object = None
-        if outcome is Outcome.ACK and got.body and not got.truncated:
-            with contextlib.suppress(*UNDECODABLE):
-                answer = _decode_answer(got.body)
-        return outcome, answer, got.code, retry_after
+        return answer_of(got, self._now_ns())
+
+
+def http_push(
+    bodies: PushBodies, batch: Sequence[Note], conf: SubscriptionConfig, *, sub_id: int, mode: str, sent_ns: int,
+    keep_above: int, epoch: int | None, signer: Callable[[int, str, bytes], dict[str, str]] | None,
+    trace: dict[str, str] | None = None,
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one push of ``batch`` over HTTP, in every process that
+    pushes (the broker, a replay's pusher: ``replay._pusher``)."""
+    if conf.cloudevents is not None:  # the subscription asked for CloudEvents (docs/cloudevents.md)
+        body, headers = cloudevents_push(batch, conf.cloudevents)
+    else:
+        body = bodies.encode(batch, conf.filter, sent_ns, keep_above)
+        headers = {"content-type": "application/json"}
+    if trace is not None:  # the push span's own context: the receiver's spans are its children
+        headers.update(trace)
+    elif tracecontext.TRACEPARENT not in headers:
+        # The HTTP header carries the first traced event's context (for the receiver's
+        # HTTP tracing); each notification's headers keep its own (docs/wire-format.md).
+        context = tracecontext.first_of(n.event.headers for n in batch)
+        if context is not None:
+            headers.update(context.pairs())
+    headers["x-tidings-subscription"] = str(sub_id)
+    headers["x-tidings-mode"] = mode
+    if epoch is not None:
+        # Rises each time the subscription passes to another broadcaster: a receiver
+        # can refuse a push under an epoch lower than one it has seen (docs/scaling.md).
+        headers["x-tidings-lease-epoch"] = str(epoch)
+    if signer is not None:
+        # A retry of the same batch keeps its message id, so receivers can dedupe.
+        headers.update(signer(sub_id, f"{sub_id}-{batch[0].id}-{batch[-1].id}", body))
+    return body, headers
+
+
+def answer_of(got: Answer, now_ns: int) -> tuple[Outcome, object, str, float | None]:
+    """What a push's answer means: its outcome, the decoded answer, a reason for logs, a
+    Retry-After (``core.retry``)."""
+    if got.status is None:
+        return Outcome.NO_ANSWER, None, got.code, None
+    retry_after = retry_after_seconds(got.status, got.retry_after, now_ns / 1e9)
+    outcome = classify(got.status, retry_after)
+    answer: object = None
+    if outcome is Outcome.ACK and got.body and not got.truncated:
+        with contextlib.suppress(*UNDECODABLE):
+            answer = _decode_answer(got.body)
+    return outcome, answer, got.code, retry_after

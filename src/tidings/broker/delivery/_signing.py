@@ -87,15 +87,22 @@ class Signing:
         """The Standard Webhooks headers of a push (``Delivery.signer``); none if the
         subscription has no secret."""
         now = self._clock()
+        live = self._live(sub_id, now)
+        return webhooks.sign(live, msg_id, now // _NS, body) if live else {}
+
+    def live_secrets(self, sub_id: int) -> list[str]:
+        """The secrets a push of ``sub_id`` is signed with now: what a replay's pusher
+        process signs with (``replay._pusher``), over its private pipe."""
+        return self._live(sub_id, self._clock())
+
+    def _live(self, sub_id: int, now: int) -> list[str]:
         found = self._secrets.get(sub_id)
         if not found:
-            return {}
+            return []
         live = [s for s in found if s.expires_at is None or s.expires_at > now]
         if len(live) < len(found):
             self._secrets[sub_id] = live
-        if not live:
-            return {}
-        return webhooks.sign([s.secret for s in live], msg_id, now // _NS, body)
+        return [s.secret for s in live]
 
     def _refuse(self, caller: PrincipalRecord, sub_id: int) -> ItemResult | None:
         sub = self._registry.subscriptions.get(sub_id)

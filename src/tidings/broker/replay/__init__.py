@@ -8,7 +8,8 @@ registry and delivery rooms.
 
 from __future__ import annotations
 
+from ._remote import RemotePusher
 from ._replays import Replays
 from ._source import ReplaySource
 
-__all__ = ["ReplaySource", "Replays"]
+__all__ = ["RemotePusher", "ReplaySource", "Replays"]

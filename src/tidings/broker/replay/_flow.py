@@ -4,13 +4,22 @@ at most one push in flight (:mod:`._replays`)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
+from typing import Any
 
+import msgspec
+
+from ...core.retry import Outcome
 from ...store import ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
-from ..delivery import Delivery, Note, counted, taken_whole
+from ..delivery import Delivery, Note, Pushed, counted, taken_whole
+from ._remote import PusherUnavailable, RemotePusher
 from ._source import ReplaySource
 
 __all__ = ["InFlight", "ReadAhead", "replayed"]
+
+log = logging.getLogger("tidings.replay")
+_decode = msgspec.json.Decoder().decode
 
 
 class ReadAhead:
@@ -125,6 +134,66 @@ class InFlight:
             self._push_direct(sub, list(zip(ids, copies, strict=True)), position, now)
         )
         return True
+
+    async def send_remote(self, pusher: RemotePusher, sub: SubscriptionRecord, step: dict[str, Any]) -> int | None:
+        """Have the replay process (``_pusher``) push the next batch after ``step["after"]``
+        once the previous push is done, and record it as :meth:`send_direct` does; the
+        position reached, the same position when nothing was pushed (stopped, or the
+        process failed: :attr:`remote_failed`), or None if the subscription is gone."""
+        rec = self._rec
+        if self._base is None:
+            self._base = await self._store.replay_id_base(rec.id, rec.to_id - rec.from_id)
+        if not await self.wait():
+            return None
+        if self._recording is not None and self._recording.done() and not self._recording.result():
+            return None
+        await self._delivery.gate.turn(step["batch"])  # live pushes first; and the rate cap
+        if self._stopped():
+            return step["after"]  # canceled meanwhile: this batch is not sent
+        self._direct = True
+        self.reached = step["after"]
+        task = self._last_direct = asyncio.create_task(self._push_remote(pusher, sub, {**step, "base": self._base}))
+        if not await task:
+            return None
+        return self.reached
+
+    async def _push_remote(self, pusher: RemotePusher, sub: SubscriptionRecord, step: dict[str, Any]) -> bool:
+        d, rec, now = self._delivery, self._rec, step.pop("now")
+        try:
+            got = await pusher.step(**step)
+        except PusherUnavailable as e:
+            self.remote_failed = True  # the broker pushes this batch itself, under the same ids
+            log.warning("replay %s: %s; going on in the broker", rec.id, e)
+            return True
+        base, from_id, ns = step["base"], rec.from_id, rec.namespace
+        if got.whole:
+            pairs = [
+                (base + i - from_id, StoredEvent(seq=q, namespace=ns, id=i, prev_id=None, timestamp=t, source=src,
+                                                 data=b"", headers=b""))
+                for q, i, src, t in zip(got.seqs, got.ids, got.sources, got.timestamps, strict=True)
+            ]
+            d.metrics.notifications_sent += len(pairs)
+            before, self._recording = self._recording, None
+            if before is not None and not await before:
+                return False
+            self._recording = self._last_record = asyncio.create_task(self._confirm(sub, pairs, got.position, now))
+            self.reached = got.position
+            return True
+        pushed: Pushed | None = None if got.outcome is None else (
+            Outcome(got.outcome), None if got.answer is None else _decode(got.answer), got.code, got.retry_after
+        )
+        recording, self._recording = self._recording, None
+        if recording is not None and not await recording:
+            return False
+        copies = got.events
+        ids = await self._record(sub, copies, got.position, now, [base + e.id - from_id for e in copies])
+        self.reached = got.position
+        return ids is not None and await d.push(sub.id, list(zip(ids, copies, strict=True)), now, pushed)
+
+    remote_failed = False
+    """The replay process could not make a step: the rest of this replay runs in the broker."""
+    reached = 0
+    """The position the last step of the replay process reached."""
 
     async def direct_done(self, timeout: float) -> None:
         """Wait, at most ``timeout`` seconds, until the last batch pushed before being

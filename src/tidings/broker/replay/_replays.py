@@ -46,6 +46,7 @@ from ...store import InsufficientCredit, PrincipalRecord, ReplayRecord, Store, S
 from ..delivery import Delivery
 from ..registry import Orchestrator
 from ._flow import InFlight
+from ._remote import RemotePusher
 from ._report import status_of
 from ._send import RangeSender
 from ._source import ReplaySource
@@ -67,7 +68,8 @@ _SWEEP_CHUNK = 2_000
 class Replays:
     def __init__(
         self, store: Store, orchestrator: Orchestrator, delivery: Delivery, settings: Settings,
-        *, owns: Callable[[int], bool] | None = None,
+        *, owns: Callable[[int], bool] | None = None, remote: RemotePusher | None = None,
+        secrets: Callable[[int], list[str]] = lambda _sub_id: [],
     ) -> None:
         self._store = store
         self._owns = owns
@@ -79,7 +81,12 @@ class Replays:
         self.source = ReplaySource(store, settings)
         self._stop: set[int] = set()
         """Replays canceled or ended from outside while their task runs."""
-        self._sender = RangeSender(orchestrator, self.source, settings, self._stop, clock=delivery.now_ns)
+        self.remote = remote
+        """The replay process (``_pusher``), or None: replays run in the broker."""
+        self._sender = RangeSender(
+            orchestrator, self.source, settings, self._stop, clock=delivery.now_ns, delivery=delivery, remote=remote,
+            secrets=secrets,
+        )
         self._active: dict[int, ReplayRecord] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._flights: dict[int, InFlight] = {}
@@ -458,7 +465,9 @@ class Replays:
             out.append(replay_ok(CreditBalance(principal=p, balance=balance, reserved=reserved)))
         return out
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        if self.remote is not None:
+            await self.remote.close()
         self.source.close()
 
 

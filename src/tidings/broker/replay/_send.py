@@ -4,6 +4,7 @@ the batches to :class:`~._flow.InFlight` (:mod:`._replays`)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,9 +13,11 @@ import msgspec
 from ...core import config as cfg
 from ...core import replay as rules
 from ...settings import Settings
-from ...store import ReplayRecord, StoredEvent
+from ...store import ReplayRecord, StoredEvent, SubscriptionRecord
+from ..delivery import Delivery
 from ..registry import Orchestrator
 from ._flow import InFlight, ReadAhead
+from ._remote import RemotePusher
 from ._source import ReplaySource
 
 __all__ = ["RangeSender"]
@@ -26,8 +29,14 @@ _decode = msgspec.json.Decoder().decode
 class RangeSender:
     def __init__(
         self, orchestrator: Orchestrator, source: ReplaySource, settings: Settings, stop: set[int], *,
-        clock: Callable[[], int],
+        clock: Callable[[], int], delivery: Delivery, remote: RemotePusher | None = None,
+        secrets: Callable[[int], list[str]] = lambda _sub_id: [],
     ) -> None:
+        self._delivery = delivery
+        self._remote = remote
+        """The replay process, when replays may run there (``_pusher``)."""
+        self._secrets = secrets
+        """The signing secrets of a subscription's pushes now (``Signing.live_secrets``)."""
         self._clock = clock
         """The broker's clock (``core.clock``): what a recorded notification's age counts from."""
         self._orch = orchestrator
@@ -41,11 +50,42 @@ class RangeSender:
         pairs = rules.replay_pairs(rec.id, rec.to_id - 1 if rec.open_end else None)
         ahead = ReadAhead(self._source, rec.namespace, rec.to_id, pairs)  # events come with the replay's headers
         try:
-            return await self._send_reads(rec, inflight, ahead)
+            return await self._send_reads(rec, inflight, ahead, pairs)
         finally:
             ahead.cancel()
+            if self._remote is not None:
+                self._remote.forget(rec.id)
 
-    async def _send_reads(self, rec: ReplayRecord, inflight: InFlight, ahead: ReadAhead) -> str | None:
+    def _remote_step(
+        self, rec: ReplayRecord, sub: SubscriptionRecord, conf: rules.ReplayConfig, at: int, pairs: bytes,
+        inflight: InFlight,
+    ) -> dict[str, Any] | None:
+        """The step the replay process is asked to make next, or None when this batch is
+        the broker's to push: another kind of endpoint (xmpp), a lease not surely held
+        now, a drain, or the process failing."""
+        d, remote = self._delivery, self._remote
+        if remote is None or inflight.remote_failed or not remote.available() or d.draining:
+            return None
+        if sub.endpoint is None or not sub.endpoint.startswith(("http://", "https://")):
+            return None
+        act_until = d.acts_until(sub.id)
+        if act_until is not None and act_until <= time.monotonic():
+            return None  # the broker's own push waits for the lease (``Push``)
+        push = self._orch.sub_configs.get(sub.id) or cfg.SubscriptionConfig()
+        fence = d.fence_of(sub.id) if act_until is not None else None
+        now = self._clock()
+        return {
+            "replay": rec.id, "namespace": rec.namespace, "after": at, "before": rec.to_id, "from_id": rec.from_id,
+            "pairs": pairs, "filter": conf.filter, "skip": conf.rules.skip, "batch": self._settings.replay_batch_size,
+            "sub": sub.id, "endpoint": sub.endpoint, "mode": sub.mode, "echo_filter": push.filter,
+            "cloudevents": push.cloudevents,
+            "deadline_s": push.ack_deadline_s if push.ack_deadline_s is not None else self._settings.push_timeout_s,
+            "epoch": None if fence is None else fence.epoch, "secrets": self._secrets(sub.id),
+            "act_until": None if act_until is None or act_until == float("inf") else act_until,
+            "clock_offset_ns": now - time.time_ns(), "now": now,
+        }
+
+    async def _send_reads(self, rec: ReplayRecord, inflight: InFlight, ahead: ReadAhead, pairs: bytes) -> str | None:
         rid, ns, size = rec.id, rec.namespace, self._settings.replay_batch_size
         at = rec.position  # read this far; ``rec.position`` moves as batches are recorded
         while at < rec.to_id - 1 and rid not in self._stop:
@@ -64,6 +104,17 @@ class RangeSender:
                 conf = rules.ReplayConfig.read(rec.config, sub.config)
             except rules.ReplayRuleError as e:
                 return e.message
+            step = self._remote_step(rec, sub, conf, at, pairs, inflight) if (
+                sub.mode == "trusted" and rec.price == 0
+            ) else None
+            if step is not None:  # read, filtered and pushed by the replay process; recorded here
+                moved = await inflight.send_remote(self._remote, sub, step)  # type: ignore[arg-type]
+                if moved is None:
+                    return f"subscription {sub.id} ended"
+                at = moved
+                if rid in self._stop:
+                    return None
+                continue
             events, upto = await ahead.read(at, conf.filter)
             if upto < rec.to_id - 1:
                 ahead.start(upto, conf.filter)  # the next read runs while this one is recorded and pushed

@@ -1,0 +1,218 @@
+"""A replay's pusher: the process (``python -m tidings.broker.replay._pusher``, started by
+the broker, never by hand) that reads a replay's range, filters it and pushes its
+batches, so that a replay at full speed spends its own interpreter, not the live path's
+(docs/replay.md, "Where a replay runs").
+
+It runs at a lower CPU priority (``replay_nice``): on a busy host the kernel gives the
+broker's live work the core first. It decides nothing: the broker sends one ``Step`` per
+batch with everything the push needs, and records what the answer says (the position,
+the delivery records, the counters) in its own store transaction, under its own fence.
+So cancel, pause, a config change, the lease and the credit stay where they were
+checked before: in the broker, between two steps.
+
+It dies with the broker (``PR_SET_PDEATHSIG``, and the end of its stdin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ...core import webhooks
+from ...core.config import SubscriptionConfig
+from ...core.filters import compile_predicate, parse
+from ...outbound import Outbound
+from ...settings import Settings
+from ...store import StoredEvent
+from ...store.range_reader import RangeReader, open_range_reader
+from ..delivery import Note, PushBodies, answer_of, http_push, policy_for, taken_whole
+from . import _pusher_wire as wire
+from ._flow import ReadAhead
+from ._source import ReplaySource
+
+__all__ = ["main"]
+
+log = logging.getLogger("tidings.replay")
+_PR_SET_PDEATHSIG = 1
+_NO_CACHE = 2**63
+"""``keep_above`` for replayed events: none of them is kept (``PushBodies``)."""
+_json = msgspec.json.Encoder()
+_decode = msgspec.json.Decoder().decode
+
+
+def settings_from(raw: bytes) -> Settings:
+    def path(t: type, v: Any) -> Any:
+        if t is Path:
+            return Path(v)
+        raise NotImplementedError
+
+    return msgspec.json.decode(raw, type=Settings, dec_hook=path)
+
+
+class _Run:
+    """One replay's reading: the chunk read, what of it passed, and the read ahead."""
+
+    def __init__(self, source: ReplaySource, step: wire.Step) -> None:
+        self.key = (step.filter, step.skip, step.namespace, step.before, step.pairs)
+        self.at = step.after
+        """Where the next batch starts: a step from elsewhere resets the run."""
+        self._before = step.before
+        self._read_to = step.after
+        self._chunk_upto = step.after
+        self._buf: deque[StoredEvent] = deque()
+        self._ahead = ReadAhead(source, step.namespace, step.before, step.pairs)
+        self._conf = SubscriptionConfig(
+            filter=step.filter, predicate=None if step.filter is None else compile_predicate(parse(step.filter)),
+            skip=step.skip,
+        )
+
+    async def next(self, n: int) -> tuple[list[StoredEvent], int]:
+        """The next batch of at most ``n`` events that pass, and the position after it."""
+        if not self._buf:
+            events, upto = await self._ahead.read(self._read_to, self._conf.filter)
+            if upto < self._before - 1:
+                self._ahead.start(upto, self._conf.filter)  # read while this chunk is pushed
+            c = self._conf
+            if c.predicate is not None or c.skip is not None:
+                events = [e for e in events if c.passes(e.id, _decode(e.data) if c.predicate is not None else None)]
+            self._buf.extend(events)
+            self._read_to = self._chunk_upto = upto
+        batch = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
+        self.at = batch[-1].id if self._buf else self._chunk_upto
+        return batch, self.at
+
+    def close(self) -> None:
+        self._ahead.cancel()
+
+
+class Pusher:
+    def __init__(self, settings: Settings, reader: RangeReader, outbound: Outbound) -> None:
+        self._settings = settings
+        self._source = ReplaySource(reader, settings)  # type: ignore[arg-type]
+        self._outbound = outbound
+        self._bodies = PushBodies()
+        self._runs: dict[int, _Run] = {}
+
+    def forget(self, replay: int) -> None:
+        run = self._runs.pop(replay, None)
+        if run is not None:
+            run.close()
+
+    async def step(self, s: wire.Step) -> wire.Stepped:
+        run = self._runs.get(s.replay)
+        if run is None or run.at != s.after or run.key != (s.filter, s.skip, s.namespace, s.before, s.pairs):
+            self.forget(s.replay)
+            run = self._runs[s.replay] = _Run(self._source, s)
+        events, position = await run.next(s.batch)
+        if not events:
+            return wire.Stepped(req=s.req, position=position, whole=True)
+        notes = [Note(s.base + e.id - s.from_id, e) for e in events]
+
+        def now_ns() -> int:
+            return time.time_ns() + s.clock_offset_ns
+
+        def signer(sub_id: int, msg_id: str, body: bytes) -> dict[str, str]:
+            return webhooks.sign(s.secrets, msg_id, now_ns() // 1_000_000_000, body) if s.secrets else {}
+
+        conf = SubscriptionConfig(filter=s.echo_filter, cloudevents=s.cloudevents)
+        body, headers = http_push(
+            self._bodies, notes, conf, sub_id=s.sub, mode=s.mode, sent_ns=now_ns(), keep_above=_NO_CACHE,
+            epoch=s.epoch, signer=signer,
+        )
+        if s.act_until is not None and time.monotonic() > s.act_until:
+            run.at = -1  # not pushed: the broker records this batch itself, and the next step resets
+            return wire.Stepped(req=s.req, position=position, whole=False, events=events)
+        got = await self._outbound.post(
+            s.endpoint, body, headers, timeout_s=s.deadline_s, max_bytes=self._settings.answer_max_bytes
+        )
+        pushed = answer_of(got, now_ns())
+        if taken_whole(pushed, len(notes)):
+            return wire.Stepped(
+                req=s.req, position=position, whole=True, seqs=[e.seq for e in events], ids=[e.id for e in events],
+                sources=[e.source for e in events], timestamps=[e.timestamp for e in events],
+            )
+        run.at = -1  # the broker takes this batch over: the next step reads again
+        return wire.Stepped(
+            req=s.req, position=position, whole=False, outcome=pushed[0].value,
+            answer=None if pushed[1] is None else _json.encode(pushed[1]), code=pushed[2], retry_after=pushed[3],
+            events=events,
+        )
+
+    async def serve(self, reader: asyncio.StreamReader, write: Any) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(s: wire.Step) -> None:
+            try:
+                answer: wire.Stepped | wire.Failed = await self.step(s)
+            except Exception as e:  # said to the broker, which pushes this batch itself
+                log.warning("replay %s: the pusher failed a step: %s: %s", s.replay, type(e).__name__, e)
+                self.forget(s.replay)
+                answer = wire.Failed(s.req, f"{type(e).__name__}: {e}")
+            write(wire.frame(answer))
+
+        while True:
+            try:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                msg = wire.decode_request(await reader.readexactly(size))
+            except asyncio.IncompleteReadError:
+                return  # the broker is gone
+            if isinstance(msg, wire.Forget):
+                self.forget(msg.replay)
+            elif isinstance(msg, wire.Step):
+                t = asyncio.create_task(one(msg))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+
+
+async def _main() -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout.buffer)
+    size = int.from_bytes(await reader.readexactly(4), "big")
+    init = wire.decode_request(await reader.readexactly(size))
+    if not isinstance(init, wire.Init):
+        raise SystemExit("the first frame is not Init")
+    settings = settings_from(init.settings)
+    from ...logs import configure
+
+    configure(settings.log_level, settings.log_format, process="replay")
+    with contextlib.suppress(OSError):
+        os.nice(settings.replay_nice)
+    store = await open_range_reader(init.reader, timeout_s=settings.store_timeout_s)
+    try:
+        async with Outbound(
+            policy_for(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections,
+            connect_timeout_s=settings.connect_timeout_s,
+        ) as outbound:
+            await Pusher(settings, store, outbound).serve(reader, transport.write)
+    finally:
+        await store.close()
+
+
+def main() -> int:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the broker ends it (its stdin closes), not a ^C
+    try:
+        import uvloop
+
+        uvloop.run(_main())
+    except ImportError:
+        asyncio.run(_main())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Replays run off the live interpreter: a replay to a ``trusted`` subscription with no
+price is read, filtered and pushed by the replay process (``broker.replay._pusher``),
+recorded by the broker; the process failing loses nothing (issue 47, point 4).
+
+What every replay guarantees (order, filter and skip, cancel, Err items, 410, a kill of
+the server) is tested through the server in test_e2e_replay.py, on this path by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tidings.broker.replay._pusher import Pusher
+from tidings.broker.replay._pusher_wire import Step
+from tidings.core.netpolicy import AddressPolicy
+from tidings.outbound import Outbound
+from tidings.settings import Settings
+from tidings.store.range_reader import open_range_reader
+
+from .conftest import ServerProcess, eventually
+from .test_e2e_replay import Recorder, done, register, setup
+
+pytestmark = pytest.mark.e2e
+
+
+def pushers(server: ServerProcess) -> list[psutil.Process]:
+    assert server.proc is not None
+    return [
+        p for p in psutil.Process(server.proc.pid).children(recursive=True)
+        if "tidings.broker.replay._pusher" in " ".join(p.cmdline())
+    ]
+
+
+@pytest.mark.parametrize("own_process", [True, False])
+async def test_a_replay_is_pushed_by_a_process_of_its_own(
+    server_factory: Callable[..., ServerProcess], endpoints: Any, own_process: bool
+) -> None:
+    server = server_factory(replay_batch_size="100", replay_process=str(own_process).lower())
+    rec = Recorder()
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 2_000)
+    rid = (await register(server, 1, None, [["icrc72:subscription:skip", {"Array": [{"Nat": 3}, {"Nat": 1}]}]]))["Ok"]
+    s = await done(server, rid)
+    want = [i for i in range(1, 2_001) if i % 3 == 1]
+    assert s["status"] == {"completed": len(want)}
+    got = rec.replayed(rid)
+    assert [n["eventId"] for n in got] == want  # in order, once, skip applied
+    assert len({n["id"] for n in got}) == len(want)
+    assert s["stats"]["icrc77:replay:stats:confirmed"] == len(want)
+    assert len(pushers(server)) == (1 if own_process else 0)
+
+
+async def test_a_replay_process_killed_mid_replay_loses_nothing(
+    server_factory: Callable[..., ServerProcess], endpoints: Any
+) -> None:
+    server = server_factory(replay_batch_size="100")
+    rec = Recorder()
+    rec.hold, rec.hold_after = asyncio.Event(), 500
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 3_000)
+    rid = (await register(server, 1, None))["Ok"]
+    await eventually(lambda: len(rec.replayed(rid)) >= 500)
+    (p,) = pushers(server)
+    p.kill()  # a push of it is held at the endpoint: its answer never reaches the broker
+    rec.hold.set()
+    s = await done(server, rid)
+    assert s["status"]["completed"] >= 3_000
+    got = rec.replayed(rid)
+    ids_of: dict[int, set[int]] = {}
+    for n in got:
+        ids_of.setdefault(n["eventId"], set()).add(n["id"])
+    assert sorted(ids_of) == list(range(1, 3_001))  # every event reached the endpoint
+    assert all(len(ids) == 1 for ids in ids_of.values())  # a repeat carries the same notification id
+    assert len(got) - 3_000 <= 200  # what was in flight at the kill, pushed again, at most
+    log = (server.data_dir / "server.log").read_text()
+    assert "going on in the broker" in log
+    assert "Traceback" not in log
+
+
+async def test_a_stopped_replay_process_pushes_nothing_once_the_lease_may_have_passed(
+    tmp_path: Path, endpoints: Any
+) -> None:
+    """The lease's sure end travels with each step and is looked at last, right before
+    the push: a step that waited in the pipe (a stopped process) past it pushes nothing
+    and hands its batch back to the broker."""
+    from bench.archive import generate
+
+    await asyncio.to_thread(generate, tmp_path, 300, 1)
+    rec = Recorder()
+    ep = await endpoints(rec)
+    reader = await open_range_reader(f"sqlite://{tmp_path / 'tidings.db'}")
+    step = dict(
+        replay=1, namespace="bench.ns0", after=0, before=301, from_id=1, base=1000, pairs=b"", filter=None,
+        skip=None, batch=100, sub=7, endpoint=ep.url, mode="trusted", echo_filter=None, cloudevents=None,
+        deadline_s=5.0, epoch=3, secrets=[], clock_offset_ns=0,
+    )
+    try:
+        async with Outbound(AddressPolicy(restricted=False)) as outbound:
+            pusher = Pusher(Settings(), reader, outbound)
+            late = await pusher.step(Step(req=1, act_until=time.monotonic() - 0.001, **step))  # type: ignore[arg-type]
+            assert (late.whole, late.outcome) == (False, None)
+            assert [e.id for e in late.events] == list(range(1, 101))
+            assert rec.got == []
+            on_time = await pusher.step(Step(req=2, act_until=time.monotonic() + 5, **step))  # type: ignore[arg-type]
+            assert on_time.whole and on_time.ids == list(range(1, 101)) and on_time.position == 100
+            assert [n["id"] for n in rec.got] == list(range(1000, 1100))
+    finally:
+        await reader.close()
+
+
+async def test_a_replay_process_stopped_in_a_step_is_replaced(
+    server_factory: Callable[..., ServerProcess], endpoints: Any
+) -> None:
+    """SIGSTOP aimed at the replay process mid-replay: past the push's deadline and its
+    slack, the broker stops waiting, kills it, and finishes the replay itself."""
+    server = server_factory(replay_batch_size="100", push_timeout_s="1", replay_step_slack_s="1")
+    rec = Recorder()
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 3_000)
+    rec.hold, rec.hold_after = asyncio.Event(), 300
+    rid = (await register(server, 1, None))["Ok"]
+    await eventually(lambda: len(rec.replayed(rid)) >= 300)
+    (p,) = pushers(server)
+    os.kill(p.pid, signal.SIGSTOP)
+    rec.hold.set()
+    try:
+        s = await done(server, rid, timeout=30)
+    finally:
+        if p.is_running():
+            os.kill(p.pid, signal.SIGCONT)
+    assert s["status"]["completed"] >= 3_000
+    assert sorted({n["eventId"] for n in rec.replayed(rid)}) == list(range(1, 3_001))
+    assert "did not answer a step" in (server.data_dir / "server.log").read_text()
