@@ -140,3 +140,34 @@ async def test_a_replay_process_stopped_in_a_step_is_replaced(
     assert s["status"]["completed"] >= 3_000
     assert sorted({n["eventId"] for n in rec.replayed(rid)}) == list(range(1, 3_001))
     assert "did not answer a step" in (server.data_dir / "server.log").read_text()
+
+
+async def test_an_idle_replay_process_ends_and_the_next_replay_starts_another(
+    tmp_path: Path, endpoints: Any
+) -> None:
+    from bench.archive import generate
+
+    from tidings.broker.replay import RemotePusher
+
+    await asyncio.to_thread(generate, tmp_path, 300, 1)
+    rec = Recorder()
+    ep = await endpoints(rec)
+    remote = RemotePusher(Settings(), f"sqlite://{tmp_path / 'tidings.db'}", idle_s=0.5)
+    step = dict(
+        namespace="bench.ns0", before=301, from_id=1, base=1, pairs=b"", filter=None, skip=None, batch=100,
+        sub=7, endpoint=ep.url, mode="trusted", echo_filter=None, cloudevents=None, deadline_s=5.0, epoch=None,
+        secrets=["whsec_" + "A" * 32], act_until=None, clock_offset_ns=0,
+    )
+    try:
+        first = await remote.step(replay=1, after=0, **step)
+        assert first.whole and first.position == 100
+        pid = remote.pid
+        assert pid is not None
+        await eventually(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", timeout=5)
+        assert remote.pid is None and remote.available()  # ended by itself: no failure
+        second = await remote.step(replay=1, after=100, **step)
+        assert second.whole and second.ids == list(range(101, 201))
+        assert remote.pid not in (None, pid)
+        assert [n["eventId"] for n in rec.got] == list(range(1, 201))
+    finally:
+        await remote.close()

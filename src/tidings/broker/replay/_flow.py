@@ -13,6 +13,7 @@ import msgspec
 from ...core.retry import Outcome
 from ...store import ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
 from ..delivery import Delivery, Note, Pushed, counted, taken_whole
+from ._pusher_wire import Stepped
 from ._remote import PusherUnavailable, RemotePusher
 from ._source import ReplaySource
 
@@ -147,7 +148,7 @@ class InFlight:
             return None
         if self._recording is not None and self._recording.done() and not self._recording.result():
             return None
-        await self._delivery.gate.turn(step["batch"])  # live pushes first; and the rate cap
+        await self._delivery.gate.turn(step["batch"])  # live pushes first: docs/replay.md, "Live work first"
         if self._stopped():
             return step["after"]  # canceled meanwhile: this batch is not sent
         self._direct = True
@@ -165,18 +166,14 @@ class InFlight:
             self.remote_failed = True  # the broker pushes this batch itself, under the same ids
             log.warning("replay %s: %s; going on in the broker", rec.id, e)
             return True
-        base, from_id, ns = step["base"], rec.from_id, rec.namespace
+        base, from_id = step["base"], rec.from_id
         if got.whole:
-            pairs = [
-                (base + i - from_id, StoredEvent(seq=q, namespace=ns, id=i, prev_id=None, timestamp=t, source=src,
-                                                 data=b"", headers=b""))
-                for q, i, src, t in zip(got.seqs, got.ids, got.sources, got.timestamps, strict=True)
-            ]
-            d.metrics.notifications_sent += len(pairs)
+            d.metrics.notifications_sent += len(got.ids)
             before, self._recording = self._recording, None
             if before is not None and not await before:
                 return False
-            self._recording = self._last_record = asyncio.create_task(self._confirm(sub, pairs, got.position, now))
+            # The records are made and written while the process pushes the next batch.
+            self._recording = self._last_record = asyncio.create_task(self._confirm_remote(sub, got, base, now))
             self.reached = got.position
             return True
         pushed: Pushed | None = None if got.outcome is None else (
@@ -189,6 +186,16 @@ class InFlight:
         ids = await self._record(sub, copies, got.position, now, [base + e.id - from_id for e in copies])
         self.reached = got.position
         return ids is not None and await d.push(sub.id, list(zip(ids, copies, strict=True)), now, pushed)
+
+    async def _confirm_remote(self, sub: SubscriptionRecord, got: Stepped, base: int, now: int) -> bool:
+        rec = self._rec
+        ns, from_id = rec.namespace, rec.from_id
+        pairs = [
+            (base + i - from_id, StoredEvent(seq=q, namespace=ns, id=i, prev_id=None, timestamp=t, source=src,
+                                             data=b"", headers=b""))
+            for q, i, src, t in zip(got.seqs, got.ids, got.sources, got.timestamps, strict=True)
+        ]
+        return await self._confirm(sub, pairs, got.position, now)
 
     remote_failed = False
     """The replay process could not make a step: the rest of this replay runs in the broker."""

@@ -28,6 +28,9 @@ __all__ = ["PusherUnavailable", "RemotePusher"]
 log = logging.getLogger("tidings.replay")
 _RESTART_AFTER_S = 5.0
 """After the pusher failed to start or died, replays run in the broker for this long."""
+_IDLE_S = 60.0
+"""A pusher with no step for this long ends (its memory is given back); the next replay
+starts another."""
 
 
 class PusherUnavailable(Exception):
@@ -41,32 +44,52 @@ def _settings_json(settings: Settings) -> bytes:
     )
 
 
+class _Proc:
+    """One pusher process and the steps waiting for its answers."""
+
+    def __init__(self, p: asyncio.subprocess.Process) -> None:
+        self.p = p
+        self.waiting: dict[int, asyncio.Future[wire.Stepped]] = {}
+        self.retired = False
+        """Ended because it was idle: no warning when its output ends."""
+        self.reading: asyncio.Task[None] | None = None
+
+    def alive(self) -> bool:
+        return self.p.returncode is None and not self.retired
+
+    def kill(self) -> None:
+        if self.p.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.p.kill()
+
+
 class RemotePusher:
-    def __init__(self, settings: Settings, reader: str) -> None:
+    def __init__(self, settings: Settings, reader: str, *, idle_s: float = _IDLE_S) -> None:
+        self._idle_s = idle_s
         self._init = wire.frame(wire.Init(_settings_json(settings), reader))
         self._slack_s = settings.replay_step_slack_s
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reading: asyncio.Task[None] | None = None
-        self._waiting: dict[int, asyncio.Future[wire.Stepped]] = {}
+        self._proc: _Proc | None = None
         self._ids = itertools.count(1)
         self._down_until = 0.0
         self._starting = asyncio.Lock()
         self._closed = False
+        self._last_step = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def pid(self) -> int | None:
         p = self._proc
-        return p.pid if p is not None and p.returncode is None else None
+        return p.p.pid if p is not None and p.alive() else None
 
     def available(self) -> bool:
         """Whether a step may be asked now (not after a recent failure, not closed)."""
         return not self._closed and time.monotonic() >= self._down_until
 
-    async def _started(self) -> asyncio.subprocess.Process:
+    async def _started(self) -> _Proc:
         async with self._starting:
-            p = self._proc
-            if p is not None and p.returncode is None:
-                return p
+            proc = self._proc
+            if proc is not None and proc.alive():
+                return proc
             if not self.available():
                 raise PusherUnavailable("the replay process is down")
             try:
@@ -77,24 +100,25 @@ class RemotePusher:
             except OSError as e:
                 self._down(f"cannot start it: {e}")
                 raise PusherUnavailable(str(e)) from None
-            assert p.stdin is not None and p.stdout is not None
+            assert p.stdin is not None
             p.stdin.write(self._init)
-            self._proc = p
-            self._reading = asyncio.create_task(self._read(p), name="tidings-replay-pusher-answers")
+            proc = self._proc = _Proc(p)
+            proc.reading = asyncio.create_task(self._read(proc), name="tidings-replay-pusher-answers")
             log.info("replay process %d started", p.pid)
-            return p
+            return proc
 
     def _down(self, why: str) -> None:
         self._down_until = time.monotonic() + _RESTART_AFTER_S
         log.warning("replay process: %s; replays run in the broker for %g s", why, _RESTART_AFTER_S)
 
-    async def _read(self, p: asyncio.subprocess.Process) -> None:
-        assert p.stdout is not None
+    async def _read(self, proc: _Proc) -> None:
+        out = proc.p.stdout
+        assert out is not None
         try:
             while True:
-                size = int.from_bytes(await p.stdout.readexactly(4), "big")
-                answer = wire.decode_answer(await p.stdout.readexactly(size))
-                fut = self._waiting.pop(answer.req, None)
+                size = int.from_bytes(await out.readexactly(4), "big")
+                answer = wire.decode_answer(await out.readexactly(size))
+                fut = proc.waiting.pop(answer.req, None)
                 if fut is None or fut.done():
                     continue
                 if isinstance(answer, wire.Failed):
@@ -102,62 +126,83 @@ class RemotePusher:
                 else:
                     fut.set_result(answer)
         except (asyncio.IncompleteReadError, ConnectionError, msgspec.DecodeError) as e:
-            if not self._closed:
-                self._down(f"process {p.pid} ended ({type(e).__name__})")
+            if not self._closed and not proc.retired:
+                self._down(f"process {proc.p.pid} ended ({type(e).__name__})")
         finally:
-            self._kill(p)
-            for fut in self._waiting.values():
-                if not fut.done():
-                    fut.set_exception(PusherUnavailable("the replay process ended"))
-            self._waiting.clear()
+            self._end(proc)
 
-    def _kill(self, p: asyncio.subprocess.Process) -> None:
-        if p.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-        if self._proc is p:
+    def _end(self, proc: _Proc) -> None:
+        proc.kill()
+        for fut in proc.waiting.values():
+            if not fut.done():
+                fut.set_exception(PusherUnavailable("the replay process ended"))
+        proc.waiting.clear()
+        if self._proc is proc:
             self._proc = None
 
     async def step(self, **fields: object) -> wire.Stepped:
         """One step (``wire.Step``'s fields but ``req``); raises ``PusherUnavailable``."""
-        p = await self._started()
+        proc = await self._started()
         req = next(self._ids)
         s = wire.Step(req=req, **fields)  # type: ignore[arg-type]
         fut: asyncio.Future[wire.Stepped] = asyncio.get_running_loop().create_future()
-        self._waiting[req] = fut
-        assert p.stdin is not None
+        proc.waiting[req] = fut
+        stdin = proc.p.stdin
+        assert stdin is not None
         try:
-            p.stdin.write(wire.frame(s))
+            stdin.write(wire.frame(s))
             async with asyncio.timeout(s.deadline_s + self._slack_s):
                 return await asyncio.shield(fut)
         except TimeoutError:
-            self._down(f"process {p.pid} did not answer a step within {s.deadline_s + self._slack_s:g} s")
-            self._kill(p)
+            self._down(f"process {proc.p.pid} did not answer a step within {s.deadline_s + self._slack_s:g} s")
+            self._end(proc)
             raise PusherUnavailable("the replay process hung") from None
         except (ConnectionError, RuntimeError) as e:  # its stdin closed under us
             raise PusherUnavailable(str(e)) from None
         finally:
-            self._waiting.pop(req, None)
+            proc.waiting.pop(req, None)
+            self._last_step = time.monotonic()
+            if self._idle_timer is None:
+                self._idle_timer = asyncio.get_running_loop().call_later(self._idle_s, self._end_if_idle)
+
+    def _end_if_idle(self) -> None:
+        self._idle_timer = None
+        proc = self._proc
+        if proc is None or not proc.alive():
+            return
+        idle = time.monotonic() - self._last_step
+        if proc.waiting or idle < self._idle_s:
+            self._idle_timer = asyncio.get_running_loop().call_later(self._idle_s - idle + 0.1, self._end_if_idle)
+            return
+        proc.retired = True  # the next step starts another
+        self._proc = None
+        if proc.p.stdin is not None:
+            proc.p.stdin.close()  # it ends at the end of its input
+        log.info("replay process %d ended: idle for %g s", proc.p.pid, self._idle_s)
 
     def forget(self, replay: int) -> None:
-        p = self._proc
-        if p is not None and p.returncode is None and p.stdin is not None:
+        proc = self._proc
+        if proc is not None and proc.alive() and proc.p.stdin is not None:
             with contextlib.suppress(ConnectionError, RuntimeError):
-                p.stdin.write(wire.frame(wire.Forget(replay)))
+                proc.p.stdin.write(wire.frame(wire.Forget(replay)))
 
     async def close(self) -> None:
         self._closed = True
-        p = self._proc
-        if p is not None:
-            if p.stdin is not None:
-                with contextlib.suppress(Exception):
-                    p.stdin.close()  # it ends at the end of its input
-            try:
-                await asyncio.wait_for(p.wait(), 5)
-            except TimeoutError:
-                self._kill(p)
-                await p.wait()
-        if self._reading is not None:
-            self._reading.cancel()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        proc = self._proc
+        if proc is None:
+            return
+        p = proc.p
+        if p.stdin is not None:
+            with contextlib.suppress(Exception):
+                p.stdin.close()  # it ends at the end of its input
+        try:
+            await asyncio.wait_for(p.wait(), 5)
+        except TimeoutError:
+            proc.kill()
+            await p.wait()
+        if proc.reading is not None:
+            proc.reading.cancel()
             with contextlib.suppress(BaseException):
-                await self._reading
+                await proc.reading
