@@ -196,6 +196,7 @@ async def _main() -> None:
             policy_for(settings), per_host=settings.outbound_per_host, total=settings.outbound_max_connections,
             connect_timeout_s=settings.connect_timeout_s,
         ) as outbound:
+            transport.write(wire.frame(wire.Ready()))
             await Pusher(settings, store, outbound).serve(reader, transport.write)
     finally:
         await store.close()

@@ -15,7 +15,7 @@ import msgspec
 
 from ...store import StoredEvent
 
-__all__ = ["Failed", "Forget", "Init", "Step", "Stepped", "decode_answer", "decode_request", "encode", "frame"]
+__all__ = ["Failed", "Forget", "Init", "Ready", "Step", "Stepped", "decode_answer", "decode_request", "encode", "frame"]
 
 
 class Init(msgspec.Struct, tag="init"):
@@ -88,6 +88,10 @@ class Stepped(msgspec.Struct, tag="stepped", kw_only=True):
     """The batch not taken whole, in full: recorded as pending and retried by the broker."""
 
 
+class Ready(msgspec.Struct, tag="ready"):
+    """The process has opened the store and its outbound calls: steps may come."""
+
+
 class Failed(msgspec.Struct, tag="failed"):
     req: int
     error: str
@@ -95,14 +99,14 @@ class Failed(msgspec.Struct, tag="failed"):
 
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(Init | Step | Forget)
-_answers = msgspec.msgpack.Decoder(Stepped | Failed)
+_answers = msgspec.msgpack.Decoder(Stepped | Failed | Ready)
 
 
-def encode(msg: Init | Step | Forget | Stepped | Failed) -> bytes:
+def encode(msg: Init | Step | Forget | Stepped | Failed | Ready) -> bytes:
     return _encoder.encode(msg)
 
 
-def frame(msg: Init | Step | Forget | Stepped | Failed) -> bytes:
+def frame(msg: Init | Step | Forget | Stepped | Failed | Ready) -> bytes:
     body = _encoder.encode(msg)
     return len(body).to_bytes(4, "big") + body
 
@@ -111,5 +115,5 @@ def decode_request(b: bytes) -> Init | Step | Forget:
     return _requests.decode(b)
 
 
-def decode_answer(b: bytes) -> Stepped | Failed:
+def decode_answer(b: bytes) -> Stepped | Failed | Ready:
     return _answers.decode(b)

@@ -53,6 +53,8 @@ class _Proc:
         self.retired = False
         """Ended because it was idle: no warning when its output ends."""
         self.reading: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+        """Set when it said it has opened the store and may take steps."""
 
     def alive(self) -> bool:
         return self.p.returncode is None and not self.retired
@@ -75,6 +77,7 @@ class RemotePusher:
         self._closed = False
         self._last_step = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._warming: set[asyncio.Task[None]] = set()
 
     @property
     def pid(self) -> int | None:
@@ -84,6 +87,23 @@ class RemotePusher:
     def available(self) -> bool:
         """Whether a step may be asked now (not after a recent failure, not closed)."""
         return not self._closed and time.monotonic() >= self._down_until
+
+    def ready(self) -> bool:
+        """Whether a process is up and has said it takes steps. When not, :meth:`warm`
+        starts one, and replays go on in the broker meanwhile (no start-up gap)."""
+        p = self._proc
+        return p is not None and p.alive() and p.ready.is_set() and self.available()
+
+    def warm(self) -> None:
+        """Start a process in the background, unless one is up or starting."""
+        if self.available() and not self._starting.locked() and (self._proc is None or not self._proc.alive()):
+            task = asyncio.get_running_loop().create_task(self._warm())
+            self._warming.add(task)
+            task.add_done_callback(self._warming.discard)
+
+    async def _warm(self) -> None:
+        with contextlib.suppress(PusherUnavailable):
+            await self._started()
 
     async def _started(self) -> _Proc:
         async with self._starting:
@@ -118,6 +138,9 @@ class RemotePusher:
             while True:
                 size = int.from_bytes(await out.readexactly(4), "big")
                 answer = wire.decode_answer(await out.readexactly(size))
+                if isinstance(answer, wire.Ready):
+                    proc.ready.set()
+                    continue
                 fut = proc.waiting.pop(answer.req, None)
                 if fut is None or fut.done():
                     continue
@@ -137,6 +160,7 @@ class RemotePusher:
             if not fut.done():
                 fut.set_exception(PusherUnavailable("the replay process ended"))
         proc.waiting.clear()
+        proc.ready.set()  # a step waiting for it to be up finds it gone
         if self._proc is proc:
             self._proc = None
 
@@ -150,8 +174,9 @@ class RemotePusher:
         stdin = proc.p.stdin
         assert stdin is not None
         try:
-            stdin.write(wire.frame(s))
             async with asyncio.timeout(s.deadline_s + self._slack_s):
+                await proc.ready.wait()
+                stdin.write(wire.frame(s))
                 return await asyncio.shield(fut)
         except TimeoutError:
             self._down(f"process {proc.p.pid} did not answer a step within {s.deadline_s + self._slack_s:g} s")
@@ -190,6 +215,9 @@ class RemotePusher:
         self._closed = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        for task in list(self._warming):
+            task.cancel()
+        await asyncio.gather(*self._warming, return_exceptions=True)
         proc = self._proc
         if proc is None:
             return

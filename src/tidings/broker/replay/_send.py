@@ -64,7 +64,10 @@ class RangeSender:
         the broker's to push: another kind of endpoint (xmpp), a lease not surely held
         now, a drain, or the process failing."""
         d, remote = self._delivery, self._remote
-        if remote is None or inflight.remote_failed or not remote.available() or d.draining:
+        if remote is None or inflight.remote_failed or d.draining:
+            return None
+        if not remote.ready():
+            remote.warm()  # this batch is the broker's; the next ones the process's, once it is up
             return None
         if sub.endpoint is None or not sub.endpoint.startswith(("http://", "https://")):
             return None
