@@ -94,6 +94,24 @@ class RemotePusher:
         p = self._proc
         return p is not None and p.alive() and p.ready.is_set() and self.available()
 
+    async def up(self, timeout: float) -> None:
+        """Return once a process is ready, has failed, or ``timeout`` passed, starting one
+        if none is up (a failed start leaves replays in the broker for a while)."""
+        if self.ready() or not self.available():
+            return
+        self.warm()
+        until = time.monotonic() + timeout
+        while not self.ready() and self.available() and time.monotonic() < until:
+            proc = self._proc
+            if proc is None:
+                await asyncio.sleep(0.01)  # being spawned
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(until - time.monotonic()):
+                    await proc.ready.wait()
+            if not proc.alive():
+                return
+
     def warm(self) -> None:
         """Start a process in the background, unless one is up or starting."""
         if self.available() and not self._starting.locked() and (self._proc is None or not self._proc.alive()):

@@ -23,6 +23,8 @@ from ._source import ReplaySource
 __all__ = ["RangeSender"]
 
 _STOPPED_POLL_S = 0.2
+_START_WAIT_S = 5.0
+"""How long a replay waits for the replay process to start before going on in the broker."""
 _decode = msgspec.json.Decoder().decode
 
 
@@ -67,7 +69,6 @@ class RangeSender:
         if remote is None or inflight.remote_failed or d.draining:
             return None
         if not remote.ready():
-            remote.warm()  # this batch is the broker's; the next ones the process's, once it is up
             return None
         if sub.endpoint is None or not sub.endpoint.startswith(("http://", "https://")):
             return None
@@ -107,9 +108,12 @@ class RangeSender:
                 conf = rules.ReplayConfig.read(rec.config, sub.config)
             except rules.ReplayRuleError as e:
                 return e.message
-            step = self._remote_step(rec, sub, conf, at, pairs, inflight) if (
-                sub.mode == "trusted" and rec.price == 0
-            ) else None
+            step = None
+            if sub.mode == "trusted" and rec.price == 0 and self._remote is not None:
+                # A process that is starting is waited for (under a second), not raced: a
+                # first read pushed from here would be work on the live path's interpreter.
+                await self._remote.up(_START_WAIT_S)
+                step = self._remote_step(rec, sub, conf, at, pairs, inflight)
             if step is not None:  # read, filtered and pushed by the replay process; recorded here
                 moved = await inflight.send_remote(self._remote, sub, step)  # type: ignore[arg-type]
                 if moved is None:
