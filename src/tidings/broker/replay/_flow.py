@@ -198,7 +198,8 @@ class InFlight:
         return await self._confirm(sub, pairs, got.position, now)
 
     remote_failed = False
-    """The replay process could not make a step: the rest of this replay runs in the broker."""
+    """The replay process could not make a step: the broker pushes its next read itself
+    (from the recorded position, under the same ids), then asks the process again."""
     reached = 0
     """The position the last step of the replay process reached."""
 

@@ -140,6 +140,7 @@ class RangeSender:
                     return f"subscription {sub.id} ended"
                 if rid in self._stop:
                     return None  # cancel stops enqueuing; what was recorded is pushed
+            inflight.remote_failed = False  # one read in the broker after a failed step, then the process again
             await asyncio.sleep(0)  # let live batches and requests in between reads
         return None
 
