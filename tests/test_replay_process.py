@@ -204,3 +204,34 @@ async def test_an_idle_replay_process_ends_and_the_next_replay_starts_another(
         assert [n["eventId"] for n in rec.got] == list(range(1, 201))
     finally:
         await remote.close()
+
+
+@pytest.mark.parametrize("how", ["drain", "kill"])
+async def test_a_server_stopped_while_its_replay_process_pushes_resumes_the_replay(
+    server_factory: Callable[..., ServerProcess], endpoints: Any, how: str
+) -> None:
+    """The server stopped (SIGTERM: a drain; SIGKILL) while a push of the replay process
+    is out: the process dies with it, and after the restart the replay goes on from its
+    recorded position. Every event arrives, each under one notification id, and the
+    replay counts each once."""
+    server = server_factory(replay_batch_size="100", replay_read_size="200")
+    rec = TrapProcessPush(server)
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 2_000)
+    rec.armed = True
+    rid = (await register(server, 1, None))["Ok"]
+    await asyncio.wait_for(rec.trapped.wait(), 20)
+    (p,) = pushers(server)
+    stopping = asyncio.create_task(asyncio.to_thread(server.stop, signal.SIGTERM if how == "drain" else signal.SIGKILL))
+    await eventually(lambda: not p.is_running() or p.status() == psutil.STATUS_ZOMBIE, timeout=15)
+    rec.release.set()  # its answer reaches nobody
+    await stopping
+    server.start()
+    s = await done(server, rid)
+    assert s["status"] == {"completed": 2_000}
+    ids_of: dict[int, set[int]] = {}
+    for n in rec.replayed(rid):
+        ids_of.setdefault(n["eventId"], set()).add(n["id"])
+    assert sorted(ids_of) == list(range(1, 2_001))
+    assert all(len(ids) == 1 for ids in ids_of.values())
+    assert len(rec.replayed(rid)) - 2_000 <= 200

@@ -153,7 +153,10 @@ class InFlight:
             return step["after"]  # canceled meanwhile: this batch is not sent
         self._direct = True
         self.reached = step["after"]
-        task = self._last_direct = asyncio.create_task(self._push_remote(pusher, sub, {**step, "base": self._base}))
+        # Kept as the push in flight too: a shutdown cancels it with the replay (``cancel``).
+        task = self._task = self._last_direct = asyncio.create_task(
+            self._push_remote(pusher, sub, {**step, "base": self._base})
+        )
         if not await task:
             return None
         return self.reached
