@@ -69,6 +69,31 @@ class TrapProcessPush(Recorder):
         await super().__call__(scope, receive, send)
 
 
+async def trapped_replay(
+    server_factory: Callable[..., ServerProcess], endpoints: Any, n: int, **settings: str
+) -> tuple[ServerProcess, TrapProcessPush, int, psutil.Process]:
+    """A server replaying ``n`` events to a trapping endpoint, once a push of the replay
+    process is held there: the server, the endpoint, the replay id and the process."""
+    server = server_factory(replay_batch_size="100", replay_read_size="200", **settings)
+    rec = TrapProcessPush(server)
+    ep = await endpoints(rec)
+    await setup(server, ep.url, n)
+    rec.armed = True
+    rid = (await register(server, 1, None))["Ok"]
+    await asyncio.wait_for(rec.trapped.wait(), 20)
+    (p,) = pushers(server)
+    return server, rec, rid, p
+
+
+def each_once(rec: Recorder, rid: int, n: int) -> None:
+    """Every event of 1..n reached the endpoint, each under one notification id."""
+    ids_of: dict[int, set[int]] = {}
+    for note in rec.replayed(rid):
+        ids_of.setdefault(note["eventId"], set()).add(note["id"])
+    assert sorted(ids_of) == list(range(1, n + 1))
+    assert all(len(ids) == 1 for ids in ids_of.values())  # a repeat carries the same notification id
+
+
 @pytest.mark.parametrize("own_process", [True, False])
 async def test_a_replay_is_pushed_by_a_process_of_its_own(
     server_factory: Callable[..., ServerProcess], endpoints: Any, own_process: bool
@@ -93,24 +118,13 @@ async def test_a_replay_is_pushed_by_a_process_of_its_own(
 async def test_a_replay_process_killed_mid_replay_loses_nothing(
     server_factory: Callable[..., ServerProcess], endpoints: Any
 ) -> None:
-    server = server_factory(replay_batch_size="100", replay_read_size="200")
-    rec = TrapProcessPush(server)
-    ep = await endpoints(rec)
-    await setup(server, ep.url, 3_000)
-    rec.armed = True
-    rid = (await register(server, 1, None))["Ok"]
-    await asyncio.wait_for(rec.trapped.wait(), 20)
-    (p,) = pushers(server)
+    server, rec, rid, p = await trapped_replay(server_factory, endpoints, 3_000)
     p.kill()  # a push of it is held at the endpoint: its answer never reaches the broker
     rec.release.set()
     s = await done(server, rid)
     assert s["status"]["completed"] >= 3_000
     got = rec.replayed(rid)
-    ids_of: dict[int, set[int]] = {}
-    for n in got:
-        ids_of.setdefault(n["eventId"], set()).add(n["id"])
-    assert sorted(ids_of) == list(range(1, 3_001))  # every event reached the endpoint
-    assert all(len(ids) == 1 for ids in ids_of.values())  # a repeat carries the same notification id
+    each_once(rec, rid, 3_000)
     assert len(got) - 3_000 <= 200  # what was in flight at the kill, pushed again, at most
     log = (server.data_dir / "server.log").read_text()
     assert "going on in the broker" in log
@@ -153,16 +167,9 @@ async def test_a_replay_process_stopped_in_a_step_is_replaced(
 ) -> None:
     """SIGSTOP aimed at the replay process mid-replay: past the push's deadline and its
     slack, the broker stops waiting, kills it, and finishes the replay itself."""
-    server = server_factory(
-        replay_batch_size="100", replay_read_size="200", push_timeout_s="1", replay_step_slack_s="1"
+    server, rec, rid, p = await trapped_replay(
+        server_factory, endpoints, 3_000, push_timeout_s="1", replay_step_slack_s="1"
     )
-    rec = TrapProcessPush(server)
-    ep = await endpoints(rec)
-    await setup(server, ep.url, 3_000)
-    rec.armed = True
-    rid = (await register(server, 1, None))["Ok"]
-    await asyncio.wait_for(rec.trapped.wait(), 20)
-    (p,) = pushers(server)
     os.kill(p.pid, signal.SIGSTOP)  # in the middle of a step: its push is out, unanswered
     rec.release.set()
     try:
@@ -214,14 +221,7 @@ async def test_a_server_stopped_while_its_replay_process_pushes_resumes_the_repl
     is out: the process dies with it, and after the restart the replay goes on from its
     recorded position. Every event arrives, each under one notification id, and the
     replay counts each once."""
-    server = server_factory(replay_batch_size="100", replay_read_size="200")
-    rec = TrapProcessPush(server)
-    ep = await endpoints(rec)
-    await setup(server, ep.url, 2_000)
-    rec.armed = True
-    rid = (await register(server, 1, None))["Ok"]
-    await asyncio.wait_for(rec.trapped.wait(), 20)
-    (p,) = pushers(server)
+    server, rec, rid, p = await trapped_replay(server_factory, endpoints, 2_000)
     stopping = asyncio.create_task(asyncio.to_thread(server.stop, signal.SIGTERM if how == "drain" else signal.SIGKILL))
     await eventually(lambda: not p.is_running() or p.status() == psutil.STATUS_ZOMBIE, timeout=15)
     rec.release.set()  # its answer reaches nobody
@@ -229,9 +229,5 @@ async def test_a_server_stopped_while_its_replay_process_pushes_resumes_the_repl
     server.start()
     s = await done(server, rid)
     assert s["status"] == {"completed": 2_000}
-    ids_of: dict[int, set[int]] = {}
-    for n in rec.replayed(rid):
-        ids_of.setdefault(n["eventId"], set()).add(n["id"])
-    assert sorted(ids_of) == list(range(1, 2_001))
-    assert all(len(ids) == 1 for ids in ids_of.values())
+    each_once(rec, rid, 2_000)
     assert len(rec.replayed(rid)) - 2_000 <= 200
