@@ -259,6 +259,9 @@ class Worker(Behind, Redelivery, DirectPush):
         """Deliver ``events``, everything up to seq ``cursor`` that passes: pushed first
         (``_direct``), or recorded as pending with the new cursor in one commit, then
         pushed. False if the subscription is gone."""
+        # Live work under way, however the events came: routed, woken, or read by a worker
+        # that started after they were appended (a lease taken at the next heartbeat).
+        self.d.gate.arrived(self.sub.id)
         if self.direct():
             self.scan = max(self.scan, cursor)
             return await self.push_direct(events, cursor)
