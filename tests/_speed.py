@@ -45,6 +45,7 @@ SLOW: dict[str, str] = {
     "test_e2e_hostile_input.py": "servers: a server per test (27) (159 s)",
     "test_e2e_subscriptions.py": "servers: a server and an endpoint per test (118 s)",
     "test_e2e_replay.py": "servers: a server per test, restarts and a large replay (107 s)",
+    "test_replay_process.py": "servers: a server per test, the replay process killed, stopped and restarted (45 s)",
     "test_e2e_schemas.py": "servers: a server per test, the SDK and the CLI as processes (72 s)",
     "test_e2e_publish.py": "servers: a server per test, principals made by the CLI (59 s)",
     "test_e2e_guarantees.py": "servers: a server per test with retries waited out (54 s)",
