@@ -39,7 +39,7 @@ from ...store.range_reader import RangeReader, open_range_reader
 from ..delivery import Note, PushBodies, answer_of, http_push, policy_for, taken_whole
 from . import _pusher_wire as wire
 from ._flow import ReadAhead
-from ._source import ReplaySource
+from ._source import ReplaySource, passing
 
 __all__ = ["main"]
 
@@ -48,7 +48,6 @@ _PR_SET_PDEATHSIG = 1
 _NO_CACHE = 2**63
 """``keep_above`` for replayed events: none of them is kept (``PushBodies``)."""
 _json = msgspec.json.Encoder()
-_decode = msgspec.json.Decoder().decode
 
 
 def settings_from(raw: bytes) -> Settings:
@@ -83,10 +82,7 @@ class _Run:
             events, upto = await self._ahead.read(self._read_to, self._conf.filter)
             if upto < self._before - 1:
                 self._ahead.start(upto, self._conf.filter)  # read while this chunk is pushed
-            c = self._conf
-            if c.predicate is not None or c.skip is not None:
-                events = [e for e in events if c.passes(e.id, _decode(e.data) if c.predicate is not None else None)]
-            self._buf.extend(events)
+            self._buf.extend(passing(self._conf, events))
             self._read_to = self._chunk_upto = upto
         batch = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
         self.at = batch[-1].id if self._buf else self._chunk_upto

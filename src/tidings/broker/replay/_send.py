@@ -8,24 +8,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from ...core import config as cfg
 from ...core import replay as rules
 from ...settings import Settings
-from ...store import ReplayRecord, StoredEvent, SubscriptionRecord
+from ...store import ReplayRecord, SubscriptionRecord
 from ..delivery import Delivery
 from ..registry import Orchestrator
 from ._flow import InFlight, ReadAhead
 from ._remote import RemotePusher
-from ._source import ReplaySource
+from ._source import ReplaySource, passing
 
 __all__ = ["RangeSender"]
 
 _STOPPED_POLL_S = 0.2
 _START_WAIT_S = 5.0
 """How long a replay waits for the replay process to start before going on in the broker."""
-_decode = msgspec.json.Decoder().decode
 
 
 class RangeSender:
@@ -125,8 +122,7 @@ class RangeSender:
             events, upto = await ahead.read(at, conf.filter)
             if upto < rec.to_id - 1:
                 ahead.start(upto, conf.filter)  # the next read runs while this one is recorded and pushed
-            if conf.rules.predicate is not None or conf.rules.skip is not None:
-                events = [e for e in events if conf.rules.passes(e.id, _data(conf.rules, e))]
+            events = passing(conf.rules, events)
             batches = [events[i : i + size] for i in range(0, len(events), size)] or [[]]
             direct = sub.mode == "trusted" and rec.price == 0  # nothing to charge before the push
             for k, batch in enumerate(batches):
@@ -144,6 +140,3 @@ class RangeSender:
             await asyncio.sleep(0)  # let live batches and requests in between reads
         return None
 
-
-def _data(r: cfg.SubscriptionConfig, e: StoredEvent) -> Any:
-    return _decode(e.data) if r.predicate is not None else None

@@ -19,13 +19,27 @@ import asyncio
 import logging
 from pathlib import Path
 
+import msgspec
+
+from ...core.config import SubscriptionConfig
 from ...core.replay import append_pairs
 from ...settings import Settings
 from ...store import Store, StoredEvent
 
-__all__ = ["ReplaySource"]
+__all__ = ["ReplaySource", "passing"]
 
 log = logging.getLogger("tidings.replay")
+_decode = msgspec.json.Decoder().decode
+
+
+def passing(rules: SubscriptionConfig, events: list[StoredEvent]) -> list[StoredEvent]:
+    """The events a replay with these filter and skip rules sends (the live rules: the
+    filter over the decoded data first, then skip); in the broker and the replay process."""
+    if rules.predicate is None and rules.skip is None:
+        return events
+    if rules.predicate is None:
+        return [e for e in events if rules.passes(e.id, None)]
+    return [e for e in events if rules.passes(e.id, _decode(e.data))]
 
 
 class ReplaySource:
