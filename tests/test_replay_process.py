@@ -231,3 +231,27 @@ async def test_a_server_stopped_while_its_replay_process_pushes_resumes_the_repl
     assert s["status"] == {"completed": 2_000}
     each_once(rec, rid, 2_000)
     assert len(rec.replayed(rid)) - 2_000 <= 200
+
+
+async def test_the_replay_process_keeps_the_outbound_policy(tmp_path: Path, endpoints: Any) -> None:
+    """A hostile endpoint (a private address on a restricted server) is refused by the
+    replay process as by the broker: nothing leaves, and the batch comes back whole for
+    the broker's own retries and dead letters."""
+    from bench.archive import generate
+
+    await asyncio.to_thread(generate, tmp_path, 50, 1)
+    rec = Recorder()
+    ep = await endpoints(rec)
+    reader = await open_range_reader(f"sqlite://{tmp_path / 'tidings.db'}")
+    try:
+        async with Outbound(AddressPolicy(restricted=True)) as outbound:
+            got = await Pusher(Settings(), reader, outbound).step(Step(
+                req=1, replay=1, namespace="bench.ns0", after=0, before=51, from_id=1, base=1, pairs=b"",
+                filter=None, skip=None, batch=100, sub=7, endpoint=ep.url, mode="trusted", echo_filter=None,
+                cloudevents=None, deadline_s=5.0, epoch=None, secrets=[], act_until=None, clock_offset_ns=0,
+            ))
+        assert (got.whole, got.outcome, got.code) == (False, "no_answer", "blocked_address")
+        assert [e.id for e in got.events] == list(range(1, 51))
+        assert rec.got == []
+    finally:
+        await reader.close()
