@@ -22,12 +22,14 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.abc import AbstractResolver, AbstractStreamWriter, ResolveResult
+from aiohttp.payload import BytesPayload
 from aiohttp.resolver import ThreadedResolver
 
 from .core.netpolicy import AddressPolicy, Refusal
@@ -74,11 +76,36 @@ class _PolicyResolver(ThreadedResolver):
         return kept
 
 
+class _TooLate(Exception):
+    """The call's ``until`` passed before its first byte left: nothing was sent."""
+
+
+class _Until(BytesPayload):
+    """A body that leaves only before ``until`` (``time.monotonic``). The request's head
+    waits in aiohttp's buffer and leaves in one write with the body's first bytes, so a
+    call refused here sent nothing at all: no name look-up, connection set-up or task
+    switch lies between this check and the send, however long the process was stopped
+    before it (a push past its lease's sure end: docs/scaling.md, "Failure model")."""
+
+    def __init__(self, body: bytes, until: float, content_type: str | None) -> None:
+        super().__init__(body, **({"content_type": content_type} if content_type else {}))
+        self._until = until
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
+        if time.monotonic() >= self._until:
+            raise _TooLate
+        await super().write_with_length(writer, content_length)
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What a call got: ``code`` is ``ok`` for 2xx, ``http_<status>`` for other statuses,
     or the failure (``timeout``, ``connect_refused``, ``dns_failure``, ``tls_error``,
-    ``blocked_address``, ``disconnected``, ``bad_response``, ``connect_error``)."""
+    ``blocked_address``, ``disconnected``, ``bad_response``, ``connect_error``;
+    ``too_late``: the call's ``until`` passed first, and nothing was sent)."""
 
     code: str
     status: int | None = None
@@ -182,23 +209,32 @@ class Outbound:
     # -- calls ------------------------------------------------------------------------
 
     async def post(
-        self, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int
+        self, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int,
+        until: float | None = None,
     ) -> Answer:
-        return await self.request("POST", url, body, headers, timeout_s=timeout_s, max_bytes=max_bytes)
+        return await self.request("POST", url, body, headers, timeout_s=timeout_s, max_bytes=max_bytes, until=until)
 
     async def request(
-        self, method: str, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int
+        self, method: str, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int,
+        until: float | None = None,
     ) -> Answer:
-        """One call of ``method`` (``POST``; ``OPTIONS`` for the CloudEvents webhook handshake)."""
+        """One call of ``method`` (``POST``; ``OPTIONS`` for the CloudEvents webhook handshake).
+        ``until`` (``time.monotonic``): send nothing once it has passed, checked as the
+        first byte is about to leave; the answer is then ``too_late``."""
         if self._session is None:
             raise RuntimeError("Outbound is not open")
         if self.literal_problem(url) is not None:
             return Answer("blocked_address")
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, self._connect_timeout_s))
+        data: bytes | _Until = body
+        if until is not None and until < float("inf"):  # inf: a lease nobody else can take
+            if time.monotonic() >= until:
+                return Answer("too_late")
+            data = _Until(body, until, next((v for k, v in headers.items() if k.lower() == "content-type"), None))
         try:
             async with asyncio.timeout(timeout_s + 1):  # the body read too, whatever the peer does
                 async with self._session.request(
-                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                    method, url, data=data, headers=headers, allow_redirects=False, timeout=timeout
                 ) as resp:
                     data, truncated = await read_bounded(resp, max_bytes)
                     if truncated:
@@ -228,6 +264,8 @@ async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[by
 
 def failure_code(e: BaseException) -> str:
     """The short code for a failed call (never its text: docs/security.md)."""
+    if isinstance(e.__cause__, _TooLate):
+        return "too_late"
     if isinstance(e, (TimeoutError, asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return "timeout"
     if isinstance(e, aiohttp.ClientConnectorError):

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from ...core.retry import Outcome
 from ...store import Route, StoredEvent
 
-__all__ = ["ENDPOINT_GONE", "SUBSCRIPTION_ENDED", "Gone", "Note", "Pushed", "RoutedTo", "failed_items", "taken_whole"]
+__all__ = [
+    "ENDPOINT_GONE", "NOT_SENT", "SUBSCRIPTION_ENDED", "Gone", "Note", "Pushed", "RoutedTo",
+    "failed_items", "taken_whole",
+]
 
 Pushed = tuple[Outcome, object, str, float | None]
 """A push's outcome, its decoded answer, a reason for logs, a Retry-After (``Delivery.post``)."""
@@ -33,6 +36,9 @@ class Note:
 
 ENDPOINT_GONE = "endpoint_gone"
 SUBSCRIPTION_ENDED = "subscription_ended"
+NOT_SENT = "too_late"
+"""The reason of a push that sent nothing: the lease's sure end passed before its first
+byte could leave (``Outbound``'s ``until``). Not a try: the batch waits for the lease."""
 
 
 class Gone(Exception):

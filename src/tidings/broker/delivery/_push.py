@@ -128,8 +128,12 @@ class Push:
         )
         deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self._settings.push_timeout_s
         await self._lease_gate(sub.id)
+        # The gate's "surely held" is checked once more as the bytes leave: a process
+        # stopped (or starved) between here and its socket's write would otherwise push
+        # after another broadcaster has taken the subscription over.
+        until = self._leases.acts_until(sub.id) if self._leases is not None else None
         got = await self.outbound.post(
-            sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self._settings.answer_max_bytes
+            sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self._settings.answer_max_bytes, until=until
         )
         return answer_of(got, self._now_ns())
 

@@ -33,13 +33,16 @@ from ...store import PendingNotification, StoredEvent, SubscriptionRecord
 from ._accounting import event_stats
 from ._behind import Behind
 from ._direct import DirectPush
-from ._notes import ENDPOINT_GONE, SUBSCRIPTION_ENDED, Gone, Note, Pushed, failed_items
+from ._notes import ENDPOINT_GONE, NOT_SENT, SUBSCRIPTION_ENDED, Gone, Note, Pushed, failed_items
 from ._ports import WorkerHub
 from ._redelivery import ERROR_ANSWER, Redelivery
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("tidings.delivery")
+
+_NOT_SENT_PAUSE_S = 0.05
+"""After a push that sent nothing (``NOT_SENT``): the lease gate then decides."""
 
 
 class Worker(Behind, Redelivery, DirectPush):
@@ -378,6 +381,11 @@ class Worker(Behind, Redelivery, DirectPush):
                 outcome, answer, reason, retry_after = await self.d.post(self.sub, batch, self._conf())
             if outcome is Outcome.GONE:
                 raise Gone(ENDPOINT_GONE, reason, {n.id: n.attempts + 1 for n in batch})
+            if outcome is Outcome.NO_ANSWER and reason == NOT_SENT:
+                # Nothing left: the lease lapsed before the push's first byte. Not a try;
+                # the next one waits for the lease (and this worker is stopped if it moved).
+                await self.d.sleep(_NOT_SENT_PAUSE_S)
+                continue
             if outcome is Outcome.BACK_PRESSURE and retry_after is not None:
                 # Not a failed try: neither an attempt nor an error answer (docs/delivery.md).
                 metrics.notifications_deferred += len(batch)

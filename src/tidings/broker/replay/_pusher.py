@@ -130,7 +130,8 @@ class Pusher:
             run.at = -1  # not pushed: the broker records this batch itself, and the next step resets
             return wire.Stepped(req=s.req, position=position, whole=False, events=events)
         got = await self._outbound.post(
-            s.endpoint, body, headers, timeout_s=s.deadline_s, max_bytes=self._settings.answer_max_bytes
+            s.endpoint, body, headers, timeout_s=s.deadline_s, max_bytes=self._settings.answer_max_bytes,
+            until=s.act_until,
         )
         pushed = answer_of(got, now_ns())
         if taken_whole(pushed, len(notes)):
