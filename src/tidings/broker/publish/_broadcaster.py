@@ -248,6 +248,7 @@ class Broadcaster:
             # A publisher refused on a namespace hears that first, whatever else was wrong.
             refusal = refusals[ns]
             results[i] = err("Unauthorized", refusal) if refusal is not None else why
+        until: dict[str, int] = {}
         for row in rows:
             i = row.index
             refusal = refusals[row.namespace]
@@ -272,8 +273,14 @@ class Broadcaster:
             if busy:
                 results[i] = err("Busy", "too many events waiting to be stored; retry shortly")
                 continue
-            # A keyed event's key lives for its publication's window (looked up only then).
-            expires = 0 if row.key is None else stamp + self._orch.pub_configs[row.namespace].dedup_window_ns
+            # A keyed event's key lives for its publication's window (looked up once per
+            # namespace of the request, and only for keyed events).
+            if row.key is None:
+                expires = 0
+            else:
+                expires = until.get(row.namespace, 0)
+                if not expires:
+                    expires = until[row.namespace] = stamp + self._orch.pub_configs[row.namespace].dedup_window_ns
             accepted.append((i, NewEvent(
                 namespace=intern(row.namespace), source=caller.name, timestamp=stamp, data=row.data,
                 headers=row.headers, key=row.key, fingerprint=row.fingerprint, key_expires=expires,
