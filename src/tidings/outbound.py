@@ -87,8 +87,8 @@ class _Until(BytesPayload):
     switch lies between this check and the send, however long the process was stopped
     before it (a push past its lease's sure end: docs/scaling.md, "Failure model")."""
 
-    def __init__(self, body: bytes, until: float, content_type: str | None) -> None:
-        super().__init__(body, **({"content_type": content_type} if content_type else {}))
+    def __init__(self, body: bytes, until: float) -> None:
+        super().__init__(body)  # the call's own Content-Type header, if any, is the one sent
         self._until = until
 
     async def write(self, writer: AbstractStreamWriter) -> None:
@@ -230,7 +230,7 @@ class Outbound:
         if until is not None and until < float("inf"):  # inf: a lease nobody else can take
             if time.monotonic() >= until:
                 return Answer("too_late")
-            data = _Until(body, until, next((v for k, v in headers.items() if k.lower() == "content-type"), None))
+            data = _Until(body, until)
         try:
             async with asyncio.timeout(timeout_s + 1):  # the body read too, whatever the peer does
                 async with self._session.request(
