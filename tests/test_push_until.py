@@ -19,6 +19,7 @@ import contextlib
 import socket
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,11 @@ class Counting:
         await respond(send, 200, b"null")
 
 
+def at(t: float) -> Callable[[], float]:
+    """An ``until`` that stays where it is."""
+    return lambda: t
+
+
 def _slow_url(url: str) -> str:
     """The endpoint's URL with a name for its host, so that the call looks it up."""
     return url.replace("127.0.0.1", "slow.test")
@@ -87,13 +93,13 @@ async def test_a_call_whose_until_passes_before_its_first_byte_sends_nothing(end
     url = _slow_url((await endpoints(ep)).url)
     json = {"content-type": "application/json"}
     async with Outbound(AddressPolicy(restricted=False), resolver=SlowNames(0.3)) as out:
-        late = await out.post(url, b"[1]", json, timeout_s=5, max_bytes=100, until=time.monotonic() + 0.1)
-        past = await out.post(url, b"[2]", json, timeout_s=5, max_bytes=100, until=time.monotonic() - 1)
+        late = await out.post(url, b"[1]", json, timeout_s=5, max_bytes=100, until=at(time.monotonic() + 0.1))
+        past = await out.post(url, b"[2]", json, timeout_s=5, max_bytes=100, until=at(time.monotonic() - 1))
         await asyncio.sleep(0.2)
         assert (late.code, late.status, past.code) == ("too_late", None, "too_late")
         assert ep.heads == 0
-        on_time = await out.post(url, b"[3]", json, timeout_s=5, max_bytes=100, until=time.monotonic() + 5)
-        unbounded = await out.post(url, b"[4]", json, timeout_s=5, max_bytes=100, until=float("inf"))
+        on_time = await out.post(url, b"[3]", json, timeout_s=5, max_bytes=100, until=at(time.monotonic() + 5))
+        unbounded = await out.post(url, b"[4]", json, timeout_s=5, max_bytes=100, until=at(float("inf")))
     assert (on_time.code, unbounded.code) == ("ok", "ok")
     assert ep.bodies == [b"[3]", b"[4]"]
 
@@ -135,6 +141,34 @@ async def test_a_push_whose_lease_ends_before_its_bytes_leave_sends_nothing(endp
         push = Push(Settings(), Tail(0), out, signer=None, leases=ShortLease(5), fence_of=lambda _: None)
         outcome, _, reason, _ = await push.post(sub, [note], SubscriptionConfig())
     assert outcome is Outcome.ACK
+    assert ep.heads == 1
+
+
+class RenewedLease(ShortLease):
+    """A lease with ``left_s`` more at first, renewed for 5 s by a heartbeat after ``renew_after_s``."""
+
+    def __init__(self, left_s: float, renew_after_s: float) -> None:
+        super().__init__(left_s)
+        self.renew_at = time.monotonic() + renew_after_s
+
+    def acts_until(self, sub_id: int) -> float:
+        if time.monotonic() >= self.renew_at:
+            self.until = max(self.until, self.renew_at + 5)
+        return super().acts_until(sub_id)
+
+
+async def test_a_lease_renewed_while_the_push_connects_lets_it_leave(endpoints: Any) -> None:
+    """The sure end is read as the first byte is about to leave, not when the push began:
+    a heartbeat that renewed the lease during a slow connection counts."""
+    ep = Counting()
+    url = _slow_url((await endpoints(ep)).url)
+    sub = SubscriptionRecord(id=7, subscriber="s", namespace="p.x", endpoint=url)
+    note = Note(1, StoredEvent(seq=1, namespace="p.x", id=1, prev_id=None, timestamp=1, source="a",
+                               data=b'{"Nat":1}', headers=b"[]"))
+    async with Outbound(AddressPolicy(restricted=False), resolver=SlowNames(0.3)) as out:
+        push = Push(Settings(), Tail(0), out, signer=None, leases=RenewedLease(0.1, 0.05), fence_of=lambda _: None)
+        outcome, _, reason, _ = await push.post(sub, [note], SubscriptionConfig())
+    assert (outcome, reason) == (Outcome.ACK, "ok")
     assert ep.heads == 1
 
 

@@ -23,6 +23,7 @@ import ipaddress
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -77,17 +78,18 @@ class _PolicyResolver(ThreadedResolver):
 
 
 class _TooLate(Exception):
-    """The call's ``until`` passed before its first byte left: nothing was sent."""
+    """The call's ``until`` had passed as its first byte was to leave: nothing was sent."""
 
 
 class _Until(BytesPayload):
-    """A body that leaves only before ``until`` (``time.monotonic``). The request's head
-    waits in aiohttp's buffer and leaves in one write with the body's first bytes, so a
-    call refused here sent nothing at all: no name look-up, connection set-up or task
+    """A body that leaves only while ``until()`` (``time.monotonic``) is ahead, read as it
+    is about to leave: a lease renewed while the connection was made counts. The request's
+    head waits in aiohttp's buffer and leaves in one write with the body's first bytes, so
+    a call refused here sent nothing at all: no name look-up, connection set-up or task
     switch lies between this check and the send, however long the process was stopped
     before it (a push past its lease's sure end: docs/scaling.md, "Failure model")."""
 
-    def __init__(self, body: bytes, until: float) -> None:
+    def __init__(self, body: bytes, until: Callable[[], float]) -> None:
         super().__init__(body)  # the call's own Content-Type header, if any, is the one sent
         self._until = until
 
@@ -95,7 +97,7 @@ class _Until(BytesPayload):
         await self.write_with_length(writer, None)
 
     async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
-        if time.monotonic() >= self._until:
+        if time.monotonic() >= self._until():
             raise _TooLate
         await super().write_with_length(writer, content_length)
 
@@ -105,7 +107,7 @@ class Answer:
     """What a call got: ``code`` is ``ok`` for 2xx, ``http_<status>`` for other statuses,
     or the failure (``timeout``, ``connect_refused``, ``dns_failure``, ``tls_error``,
     ``blocked_address``, ``disconnected``, ``bad_response``, ``connect_error``;
-    ``too_late``: the call's ``until`` passed first, and nothing was sent)."""
+    ``too_late``: the call's ``until`` had passed, and nothing was sent)."""
 
     code: str
     status: int | None = None
@@ -210,25 +212,26 @@ class Outbound:
 
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int,
-        until: float | None = None,
+        until: Callable[[], float] | None = None,
     ) -> Answer:
         return await self.request("POST", url, body, headers, timeout_s=timeout_s, max_bytes=max_bytes, until=until)
 
     async def request(
         self, method: str, url: str, body: bytes, headers: dict[str, str], *, timeout_s: float, max_bytes: int,
-        until: float | None = None,
+        until: Callable[[], float] | None = None,
     ) -> Answer:
         """One call of ``method`` (``POST``; ``OPTIONS`` for the CloudEvents webhook handshake).
-        ``until`` (``time.monotonic``): send nothing once it has passed, checked as the
-        first byte is about to leave; the answer is then ``too_late``."""
+        ``until``: gives the ``time.monotonic`` after which nothing may be sent (a lease's
+        sure end), asked before the call and again as its first byte is about to leave;
+        past it, the answer is ``too_late``."""
         if self._session is None:
             raise RuntimeError("Outbound is not open")
         if self.literal_problem(url) is not None:
             return Answer("blocked_address")
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, self._connect_timeout_s))
         data: bytes | _Until = body
-        if until is not None and until < float("inf"):  # inf: a lease nobody else can take
-            if time.monotonic() >= until:
+        if until is not None:
+            if time.monotonic() >= until():
                 return Answer("too_late")
             data = _Until(body, until)
         try:

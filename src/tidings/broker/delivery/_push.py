@@ -9,6 +9,8 @@ holds the subscription's lease (``Leases.may_act``, docs/scaling.md "Failure mod
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
@@ -128,10 +130,13 @@ class Push:
         )
         deadline = conf.ack_deadline_s if conf.ack_deadline_s is not None else self._settings.push_timeout_s
         await self._lease_gate(sub.id)
-        # The gate's "surely held" is checked once more as the bytes leave: a process
+        # The gate's "surely held" is asked once more as the bytes leave: a process
         # stopped (or starved) between here and its socket's write would otherwise push
-        # after another broadcaster has taken the subscription over.
-        until = self._leases.acts_until(sub.id) if self._leases is not None else None
+        # after another broadcaster has taken the subscription over. Alone (a lease nobody
+        # else can take: infinity), there is nothing to ask.
+        leases = self._leases
+        shared = leases is not None and leases.acts_until(sub.id) < math.inf
+        until = functools.partial(leases.acts_until, sub.id) if leases is not None and shared else None
         got = await self.outbound.post(
             sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self._settings.answer_max_bytes, until=until
         )

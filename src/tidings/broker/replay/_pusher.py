@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -131,7 +132,7 @@ class Pusher:
             return wire.Stepped(req=s.req, position=position, whole=False, events=events)
         got = await self._outbound.post(
             s.endpoint, body, headers, timeout_s=s.deadline_s, max_bytes=self._settings.answer_max_bytes,
-            until=s.act_until,
+            until=None if s.act_until is None else functools.partial(float, s.act_until),  # as of the step
         )
         pushed = answer_of(got, now_ns())
         if taken_whole(pushed, len(notes)):
