@@ -126,12 +126,17 @@ class ShortLease:
         pass
 
 
+def _one_push(url: str) -> tuple[SubscriptionRecord, Note]:
+    """A subscription pushing to ``url`` and one notification for it."""
+    sub = SubscriptionRecord(id=7, subscriber="s", namespace="p.x", endpoint=url)
+    return sub, Note(1, StoredEvent(seq=1, namespace="p.x", id=1, prev_id=None, timestamp=1, source="a",
+                                    data=b'{"Nat":1}', headers=b"[]"))
+
+
 async def test_a_push_whose_lease_ends_before_its_bytes_leave_sends_nothing(endpoints: Any) -> None:
     ep = Counting()
     url = _slow_url((await endpoints(ep)).url)
-    sub = SubscriptionRecord(id=7, subscriber="s", namespace="p.x", endpoint=url)
-    note = Note(1, StoredEvent(seq=1, namespace="p.x", id=1, prev_id=None, timestamp=1, source="a",
-                               data=b'{"Nat":1}', headers=b"[]"))
+    sub, note = _one_push(url)
     async with Outbound(AddressPolicy(restricted=False), resolver=SlowNames(0.3)) as out:
         push = Push(Settings(), Tail(0), out, signer=None, leases=ShortLease(0.1), fence_of=lambda _: None)
         outcome, _, reason, _ = await push.post(sub, [note], SubscriptionConfig())
@@ -162,9 +167,7 @@ async def test_a_lease_renewed_while_the_push_connects_lets_it_leave(endpoints: 
     a heartbeat that renewed the lease during a slow connection counts."""
     ep = Counting()
     url = _slow_url((await endpoints(ep)).url)
-    sub = SubscriptionRecord(id=7, subscriber="s", namespace="p.x", endpoint=url)
-    note = Note(1, StoredEvent(seq=1, namespace="p.x", id=1, prev_id=None, timestamp=1, source="a",
-                               data=b'{"Nat":1}', headers=b"[]"))
+    sub, note = _one_push(url)
     async with Outbound(AddressPolicy(restricted=False), resolver=SlowNames(0.3)) as out:
         push = Push(Settings(), Tail(0), out, signer=None, leases=RenewedLease(0.1, 0.05), fence_of=lambda _: None)
         outcome, _, reason, _ = await push.post(sub, [note], SubscriptionConfig())
