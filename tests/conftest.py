@@ -21,10 +21,11 @@ import aiohttp
 import pytest
 import uvicorn
 
+from ._hang_dump import pytest_runtest_call
 from ._speed import mark_slow
 from .pg_support import pg_database, schema_address
 
-__all__ = ["pg_database"]
+__all__ = ["pg_database", "pytest_runtest_call"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by the marker

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import signal
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from tidings.core.interchain import DltPublish
 from tidings.interchain import Distributor, NetworkContext
@@ -171,3 +174,40 @@ async def _answers(port: int) -> bool:
 
 async def _len(r: aioredis.Redis, key: str) -> bool:
     return bool(await r.xlen(key))
+
+
+async def test_a_state_that_stops_answering_fails_its_commands_in_bounded_time(tmp_path: Path) -> None:
+    """A Redis that holds its connections and answers nothing (SIGSTOP: as a network that
+    drops packets without a reset) fails each command after ``command_timeout_s``,
+    instead of holding the outbox's read forever; once it answers again, so does the state."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = RedisState(f"redis://127.0.0.1:{port}/0", "test:stopped:", connect_timeout_s=1, command_timeout_s=1)
+    try:
+        await eventually(lambda: _answers(port), timeout=10)
+        await state.open()
+        assert await state.peek("net:A", 10) == []
+        server.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(redis.exceptions.TimeoutError):  # without the bound: never (asyncio's instead)
+            async with asyncio.timeout(10):
+                await state.peek("net:A", 10)
+        assert time.monotonic() - started < 5
+        server.send_signal(signal.SIGCONT)
+        assert await eventually(lambda: _peeks(state), timeout=10)
+    finally:
+        server.send_signal(signal.SIGCONT)
+        await state.close()
+        server.terminate()
+        server.wait(10)
+
+
+async def _peeks(state: RedisState) -> bool:
+    try:
+        return await state.peek("net:A", 10) == []
+    except Exception:
+        return False

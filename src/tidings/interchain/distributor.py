@@ -58,6 +58,7 @@ from ..core.interchain import (
 from ..core.netpolicy import AddressPolicy
 from ..core.retry import Backoff
 from ..outbound import Outbound
+from ..tasks import stop_if_cancelled
 from .adapters import Network
 from .errors import NetworkUnavailable
 from .state import Mark, State, delivered_set, notified_set, published_set
@@ -165,13 +166,13 @@ class Distributor:
         network = self.networks[name]
         attempt = 0
         while True:
+            stop_if_cancelled()  # also when a library returned from a cancel as if done
             try:
                 self.following[name] = True
                 await network.follow(lambda found, origin=name: self.on_events(origin, found))  # type: ignore[misc]
                 attempt = 0
-            except asyncio.CancelledError:
-                raise
             except Exception as e:
+                stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                 attempt += 1
                 level = logging.WARNING if attempt == 1 else logging.DEBUG
                 log.log(level, "following %s failed (try %d): %r", name, attempt, e)
@@ -257,10 +258,12 @@ class Distributor:
     async def _drain(self, box: _Outbox) -> None:
         attempt = 0
         while True:
+            stop_if_cancelled()  # also when a library returned from a cancel as if done
             box.wake.clear()
             try:
                 batch = await self.state.peek(box.target, _BATCH)
             except Exception as e:  # the state (Redis) is away: wait for it, keep the task
+                stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                 attempt += 1
                 self._state_away(e)
                 await asyncio.sleep(self.backoff.delay(attempt, random.random()))
@@ -274,6 +277,7 @@ class Distributor:
             try:
                 done, acked = await self._send(box.target, batch)
             except Exception as e:  # NetworkUnavailable, or a fault: never lose the outbox's task
+                stop_if_cancelled(e)
                 attempt += 1
                 if not isinstance(e, NetworkUnavailable):
                     log.exception("sending to %s failed unexpectedly", box.target)
@@ -295,7 +299,8 @@ class Distributor:
                     # marked delivered, in one atomic step (State.pop).
                     await self.state.pop(box.target, batch[:done], record=record, gids=acked)
                     break
-                except Exception:  # sent but not removed: retry, or it would be sent again
+                except Exception as e:  # sent but not removed: retry, or it would be sent again
+                    stop_if_cancelled(e)
                     log.warning("removing sent items of %s failed; retrying", box.target, exc_info=True)
                     await asyncio.sleep(1.0)
             box.sent += done

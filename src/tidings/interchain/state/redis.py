@@ -68,6 +68,10 @@ end
 for _, o in ipairs(porder) do redis.call('RPUSH', KEYS[o], unpack(pushes[o])) end
 return table.concat(out)
 """
+_COMMAND_TIMEOUT_S = 30.0
+"""A command with no answer for this long fails (the state is then "away" and every
+outbox waits, told once): a Redis that stopped or a network that drops packets without
+a reset would otherwise hold a read, and the outbox with it, forever."""
 _CHUNK = 2000
 """Marks per script call: a call blocks Redis while it runs, so very large batches are
 split (each mark stays atomic; the calls of one batch share one round trip)."""
@@ -103,10 +107,12 @@ class RedisState(State):
     two keys, so on Redis Cluster give the prefix a hash tag (``{ied}:``)."""
 
     def __init__(self, url: str, prefix: str = "tidings:ied:", *,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 command_timeout_s: float = _COMMAND_TIMEOUT_S) -> None:
         self.url = url
         self.prefix = prefix
         self.connect_timeout_s = connect_timeout_s
+        self.command_timeout_s = command_timeout_s
         self._r: Any = None
         self._sha = ""
         self._pop_sha = ""
@@ -121,7 +127,8 @@ class RedisState(State):
 
         # Many deliveries at once wait for a connection instead of failing for want of one.
         pool = aioredis.BlockingConnectionPool.from_url(self.url, max_connections=64, timeout=30,
-                                                        socket_connect_timeout=self.connect_timeout_s)
+                                                        socket_connect_timeout=self.connect_timeout_s,
+                                                        socket_timeout=self.command_timeout_s)
         self._r = aioredis.Redis(connection_pool=pool)
         wait = self.connect_timeout_s
         try:
