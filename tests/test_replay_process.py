@@ -255,3 +255,42 @@ async def test_the_replay_process_keeps_the_outbound_policy(tmp_path: Path, endp
         assert rec.got == []
     finally:
         await reader.close()
+
+
+async def test_the_next_batch_made_during_a_push_is_the_batch_asked_for(tmp_path: Path, endpoints: Any) -> None:
+    """While a batch is pushed, the process makes the next one (read, and its body but
+    the time it is sent); the next step uses it only if it asks for that very batch, and
+    otherwise the events go back unsent: whatever the steps ask, each push holds the
+    events after the step's position, under the step's ids and filter echo, stamped when
+    it is sent."""
+    from bench.archive import generate
+
+    await asyncio.to_thread(generate, tmp_path, 700, 1)
+    rec = Recorder()
+    ep = await endpoints(rec)
+    reader = await open_range_reader(f"sqlite://{tmp_path / 'tidings.db'}")
+    common = dict(replay=1, namespace="bench.ns0", before=701, from_id=1, pairs=b"", filter=None, skip=None,
+                  sub=7, endpoint=ep.url, mode="trusted", cloudevents=None, deadline_s=5.0, epoch=None,
+                  secrets=[], act_until=None, clock_offset_ns=0)
+    # (after, batch, base, filter echo): the same shape as the step before (the prepared
+    # batch is used), another echo, another size, other ids, a step from elsewhere (back).
+    steps = [(0, 100, 1000, None), (100, 100, 1000, None), (200, 100, 1000, "x"), (300, 50, 1000, "x"),
+             (350, 100, 5000, "x"), (450, 100, 5000, "x"), (100, 100, 1000, None), (200, 100, 1000, None)]
+    try:
+        async with Outbound(AddressPolicy(restricted=False)) as outbound:
+            pusher = Pusher(Settings(), reader, outbound)
+            for req, (after, batch, base, echo) in enumerate(steps, 1):
+                rec.got.clear()
+                before_ns = time.time_ns()
+                got = await pusher.step(Step(req=req, after=after, batch=batch, base=base, echo_filter=echo,
+                                             **common))  # type: ignore[arg-type]
+                want = list(range(after + 1, after + batch + 1))
+                assert got.whole and got.ids == want and got.position == want[-1]
+                assert [n["eventId"] for n in rec.got] == want
+                assert [n["id"] for n in rec.got] == [base + i - 1 for i in want]
+                assert {n["filter"] for n in rec.got} == {echo}
+                for n in rec.got:
+                    sent = [v for k, v in n["headers"] if k == "icrc72:broadcaster:sent"]
+                    assert len(sent) == 1 and sent[0]["Nat"] >= before_ns  # stamped at the push, not before
+    finally:
+        await reader.close()

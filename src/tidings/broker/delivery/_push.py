@@ -26,7 +26,7 @@ from ...settings import Settings
 from ...store import Fence, SubscriptionRecord
 from ...tracing import Tracing
 from ._notes import Note
-from ._push_body import PushBodies, cloudevents_push
+from ._push_body import PushBodies, cloudevents_push, joined
 from ._tail import Tail
 
 __all__ = ["Leases", "Push", "Transport", "answer_of", "http_push"]
@@ -146,12 +146,16 @@ class Push:
 def http_push(
     bodies: PushBodies, batch: Sequence[Note], conf: SubscriptionConfig, *, sub_id: int, mode: str, sent_ns: int,
     keep_above: int, epoch: int | None, signer: Callable[[int, str, bytes], dict[str, str]] | None,
-    trace: dict[str, str] | None = None,
+    trace: dict[str, str] | None = None, parts: Sequence[bytes] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """The body and headers of one push of ``batch`` over HTTP, in every process that
-    pushes (the broker, a replay's pusher: ``replay._pusher``)."""
+    pushes (the broker, a replay's pusher: ``replay._pusher``). ``parts``: the batch's
+    ``PushBodies.parts`` for ``conf.filter``, made beforehand."""
     if conf.cloudevents is not None:  # the subscription asked for CloudEvents (docs/cloudevents.md)
         body, headers = cloudevents_push(batch, conf.cloudevents)
+    elif parts is not None:
+        body = joined(parts, sent_ns)
+        headers = {"content-type": "application/json"}
     else:
         body = bodies.encode(batch, conf.filter, sent_ns, keep_above)
         headers = {"content-type": "application/json"}

@@ -21,7 +21,7 @@ import msgspec
 from ...core import cloudevents_push as ce
 from ...store import StoredEvent
 
-__all__ = ["PushBodies", "cloudevents_push"]
+__all__ = ["PushBodies", "cloudevents_push", "joined"]
 
 _encode = msgspec.json.Encoder().encode
 _SENT_KEY = b'["icrc72:broadcaster:sent",{"Nat":'
@@ -41,7 +41,7 @@ class _Noted(Protocol):
 
 
 _PART: Final = b'"eventId":%d,"prev_id":%b,"timestamp":%d,"namespace":%b,"data":%b,"source":%b'
-_WHOLE: Final = b'{"id":%d,' + _PART + b"%b%b%b"
+_WHOLE: Final = b'{"id":%d,' + _PART + b"%b%b"
 _NAMES_MAX = 4096
 """Namespaces and sources kept JSON-encoded; all are dropped past this many."""
 
@@ -88,7 +88,12 @@ class PushBodies:
         """``batch`` as EventNotifications for a subscription with ``filter``, each with its
         event's headers and the ``icrc72:broadcaster:sent`` pair (``sent_ns``) appended.
         The shared parts of events with a seq above ``keep_above`` are kept."""
-        sent = b"%b%d}]]}" % (_SENT_KEY, sent_ns)
+        return joined(self.parts(batch, filter, keep_above), sent_ns)
+
+    def parts(self, batch: Sequence[_Noted], filter: str | None, keep_above: int = 0) -> list[bytes]:
+        """Each notification of ``batch`` but its ``sent`` pair (:func:`joined` adds it):
+        all of a body's per-event work, which can be done before the time it is sent is
+        known (a replay's next batch, while the current one is pushed)."""
         middle = b',"filter":' + _encode(filter) + b',"headers":'
         kept, name = self._shared, self._name
         out = []
@@ -101,12 +106,20 @@ class PushBodies:
                 # Not kept (a replayed or old event): one format for the whole notification.
                 prev = b"null" if e.prev_id is None else b"%d" % e.prev_id
                 out.append(_WHOLE % (n.id, e.id, prev, e.timestamp, name(e.namespace), e.data, name(e.source), middle,
-                                     opened, sent))
+                                     opened))
                 continue
             if part is None:
                 part = self._of(e, keep_above)
-            out.append(b'{"id":%d,%b%b%b%b' % (n.id, part, middle, opened, sent))
-        return b"[" + b",".join(out) + b"]"
+            out.append(b'{"id":%d,%b%b%b' % (n.id, part, middle, opened))
+        return out
+
+
+def joined(parts: Sequence[bytes], sent_ns: int) -> bytes:
+    """The body of :meth:`PushBodies.parts`, each closed by the ``sent`` pair of ``sent_ns``."""
+    sent = b"%b%d}]]}" % (_SENT_KEY, sent_ns)
+    if not parts:
+        return b"[]"
+    return b"[" + (sent + b",").join(parts) + sent + b"]"
 
 
 def cloudevents_push(batch: Sequence[_Noted], mode: str) -> tuple[bytes, dict[str, str]]:

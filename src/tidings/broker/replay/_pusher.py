@@ -26,7 +26,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -49,6 +49,9 @@ _PR_SET_PDEATHSIG = 1
 _NO_CACHE = 2**63
 """``keep_above`` for replayed events: none of them is kept (``PushBodies``)."""
 _json = msgspec.json.Encoder()
+_PARTS_SLICE = 250
+"""Events whose body parts are made between two looks at the event loop, while the
+previous batch is pushed."""
 
 
 def settings_from(raw: bytes) -> Settings:
@@ -58,6 +61,18 @@ def settings_from(raw: bytes) -> Settings:
         raise NotImplementedError
 
     return msgspec.json.decode(raw, type=Settings, dec_hook=path)
+
+
+class _Prepared(NamedTuple):
+    """A run's next batch made while the one before it was pushed: read, and its body's
+    per-event parts made (``PushBodies.parts``), for the step shaped as ``shape``."""
+
+    n: int
+    shape: tuple[int, int, str | None]
+    events: list[StoredEvent]
+    position: int
+    notes: list[Note]
+    parts: list[bytes]
 
 
 class _Run:
@@ -76,6 +91,7 @@ class _Run:
             filter=step.filter, predicate=None if step.filter is None else compile_predicate(parse(step.filter)),
             skip=step.skip,
         )
+        self._prepared: asyncio.Task[_Prepared] | None = None
 
     async def next(self, n: int) -> tuple[list[StoredEvent], int]:
         """The next batch of at most ``n`` events that pass, and the position after it."""
@@ -86,10 +102,40 @@ class _Run:
             self._buf.extend(passing(self._conf, events))
             self._read_to = self._chunk_upto = upto
         batch = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
-        self.at = batch[-1].id if self._buf else self._chunk_upto
-        return batch, self.at
+        return batch, batch[-1].id if self._buf else self._chunk_upto
+
+    def prepare(self, n: int, shape: tuple[int, int, str | None], bodies: PushBodies) -> None:
+        """Start making the batch after ``self.at`` while the current one is pushed: the
+        step that asks for it then only stamps, signs and sends (``take``)."""
+        if self.at < self._before - 1 and self._prepared is None:
+            self._prepared = asyncio.get_running_loop().create_task(self._prepare(n, shape, bodies))
+
+    async def _prepare(self, n: int, shape: tuple[int, int, str | None], bodies: PushBodies) -> _Prepared:
+        events, position = await self.next(n)
+        base, from_id, echo = shape
+        notes = [Note(base + e.id - from_id, e) for e in events]
+        parts: list[bytes] = []
+        for k in range(0, len(notes), _PARTS_SLICE):
+            await asyncio.sleep(0)  # the push in flight and its answer go first
+            parts += bodies.parts(notes[k:k + _PARTS_SLICE], echo, _NO_CACHE)
+        return _Prepared(n, shape, events, position, notes, parts)
+
+    async def take(self, n: int, shape: tuple[int, int, str | None] | None) -> _Prepared | None:
+        """The prepared batch if it is the one asked for (``n`` events, the same ids and
+        filter echo; ``shape`` None: no parts wanted); otherwise its events go back."""
+        task, self._prepared = self._prepared, None
+        if task is None:
+            return None
+        got = await task
+        if got.n == n and got.shape == shape:
+            return got
+        self._buf.extendleft(reversed(got.events))
+        return None
 
     def close(self) -> None:
+        if self._prepared is not None:
+            self._prepared.cancel()
+            self._prepared = None
         self._ahead.cancel()
 
 
@@ -111,10 +157,17 @@ class Pusher:
         if run is None or run.at != s.after or run.key != (s.filter, s.skip, s.namespace, s.before, s.pairs):
             self.forget(s.replay)
             run = self._runs[s.replay] = _Run(self._source, s)
-        events, position = await run.next(s.batch)
+        shape = None if s.cloudevents is not None else (s.base, s.from_id, s.echo_filter)
+        ready = await run.take(s.batch, shape)
+        parts: list[bytes] | None = None
+        if ready is not None:
+            events, position, notes, parts = ready.events, ready.position, ready.notes, ready.parts
+        else:
+            events, position = await run.next(s.batch)
+            notes = [Note(s.base + e.id - s.from_id, e) for e in events]
+        run.at = position
         if not events:
             return wire.Stepped(req=s.req, position=position, whole=True)
-        notes = [Note(s.base + e.id - s.from_id, e) for e in events]
 
         def now_ns() -> int:
             return time.time_ns() + s.clock_offset_ns
@@ -125,11 +178,13 @@ class Pusher:
         conf = SubscriptionConfig(filter=s.echo_filter, cloudevents=s.cloudevents)
         body, headers = http_push(
             self._bodies, notes, conf, sub_id=s.sub, mode=s.mode, sent_ns=now_ns(), keep_above=_NO_CACHE,
-            epoch=s.epoch, signer=signer,
+            epoch=s.epoch, signer=signer, parts=parts,
         )
         if s.act_until is not None and time.monotonic() > s.act_until:
             run.at = -1  # not pushed: the broker records this batch itself, and the next step resets
             return wire.Stepped(req=s.req, position=position, whole=False, events=events)
+        if shape is not None:
+            run.prepare(s.batch, shape, self._bodies)  # the next batch, while this one is out
         got = await self._outbound.post(
             s.endpoint, body, headers, timeout_s=s.deadline_s, max_bytes=self._settings.answer_max_bytes,
             until=None if s.act_until is None else functools.partial(float, s.act_until),  # as of the step
