@@ -294,3 +294,20 @@ async def test_the_next_batch_made_during_a_push_is_the_batch_asked_for(tmp_path
                     assert len(sent) == 1 and sent[0]["Nat"] >= before_ns  # stamped at the push, not before
     finally:
         await reader.close()
+
+
+@pytest.mark.parametrize("idle_class", [True, False])
+async def test_the_replay_process_gives_way_to_any_other_process(
+    server_factory: Callable[..., ServerProcess], endpoints: Any, idle_class: bool
+) -> None:
+    """By default the replay process is in the kernel's idle scheduling class (any other
+    process that wants a core preempts it) and niced; with the setting off, niced only."""
+    server = server_factory(replay_batch_size="100", replay_idle_class=str(idle_class).lower())
+    rec = TrapProcessPush(server)
+    ep = await endpoints(rec)
+    await setup(server, ep.url, 300)
+    rid = (await register(server, 1, None, []))["Ok"]
+    assert (await done(server, rid))["status"] == {"completed": 300}
+    [p] = pushers(server)
+    assert os.sched_getscheduler(p.pid) == (os.SCHED_IDLE if idle_class else os.SCHED_OTHER)
+    assert p.nice() == Settings().replay_nice

@@ -211,6 +211,13 @@ class Settings:
     """The replay process's CPU priority below the broker's (``nice``; 0 to 19): on a busy
     host the kernel gives the live path a core first."""
 
+    replay_idle_class: bool = True
+    """The replay process runs in the kernel's idle scheduling class (``SCHED_IDLE``, Linux):
+    any other process that wants a core takes it from the replay at once, where a niced
+    process keeps it for the rest of its time slice. On a host busy with other work
+    replays slow down, and one waiting past its step's deadline and slack is pushed by
+    the broker (docs/replay.md, "Where a replay runs"). False: ``replay_nice`` alone."""
+
     max_publications_per_principal: int = 1_000
     """Most publications one principal may own (admins are not limited)."""
 

@@ -3,7 +3,8 @@ the broker, never by hand) that reads a replay's range, filters it and pushes it
 batches, so that a replay at full speed spends its own interpreter, not the live path's
 (docs/replay.md, "Where a replay runs").
 
-It runs at a lower CPU priority (``replay_nice``): on a busy host the kernel gives the
+It runs in the kernel's idle scheduling class (``replay_idle_class``) at a lower CPU
+priority (``replay_nice``): on a busy host the kernel gives the
 broker's live work the core first. It decides nothing: the broker sends one ``Step`` per
 batch with everything the push needs, and records what the answer says (the position,
 the delivery records, the counters) in its own store transaction, under its own fence.
@@ -243,6 +244,9 @@ async def _main() -> None:
     configure(settings.log_level, settings.log_format, process="replay")
     with contextlib.suppress(OSError):
         os.nice(settings.replay_nice)
+    if settings.replay_idle_class and hasattr(os, "SCHED_IDLE"):
+        with contextlib.suppress(OSError):  # not on this kernel, or not allowed: the nice value stays
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     store = await open_range_reader(init.reader, timeout_s=settings.store_timeout_s)
     try:
         async with Outbound(
