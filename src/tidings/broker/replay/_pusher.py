@@ -40,8 +40,7 @@ from ...store import StoredEvent
 from ...store.range_reader import RangeReader, open_range_reader
 from ..delivery import Note, PushBodies, answer_of, http_push, policy_for, taken_whole
 from . import _pusher_wire as wire
-from ._flow import ReadAhead
-from ._source import ReplaySource, passing
+from ._source import ReadAhead, ReplaySource, passing
 
 __all__ = ["main"]
 

@@ -14,9 +14,9 @@ from ...settings import Settings
 from ...store import ReplayRecord, SubscriptionRecord
 from ..delivery import Delivery
 from ..registry import Orchestrator
-from ._flow import InFlight, ReadAhead
+from ._flow import InFlight
 from ._remote import RemotePusher
-from ._source import ReplaySource, passing
+from ._source import ReadAhead, ReplaySource, passing
 
 __all__ = ["RangeSender"]
 

@@ -26,7 +26,7 @@ from ...core.replay import append_pairs
 from ...settings import Settings
 from ...store import Store, StoredEvent
 
-__all__ = ["ReplaySource", "passing"]
+__all__ = ["ReadAhead", "ReplaySource", "passing"]
 
 log = logging.getLogger("tidings.replay")
 _decode = msgspec.json.Decoder().decode
@@ -97,3 +97,40 @@ class ReplaySource:
 
     def close(self) -> None:
         """Nothing to release: archive reads hold no session."""
+
+
+class ReadAhead:
+    """At most one read of a replay's range ahead of the batch being recorded and pushed."""
+
+    def __init__(self, source: ReplaySource, namespace: str, before_id: int, pairs: bytes) -> None:
+        self._source = source
+        self._ns = namespace
+        self._before = before_id
+        self._pairs = pairs
+        """The replay's headers, appended to each event as it is read."""
+        self._next: tuple[int, str | None, asyncio.Task[tuple[list[StoredEvent], int]]] | None = None
+
+    def start(self, after_id: int, filter_text: str | None) -> None:
+        self.cancel()
+        task = asyncio.create_task(self._source.read(self._ns, after_id, self._before, filter_text, self._pairs))
+        self._next = (after_id, filter_text, task)
+
+    async def read(self, after_id: int, filter_text: str | None) -> tuple[list[StoredEvent], int]:
+        """The read that was started for this position and filter, or a new one."""
+        nxt, self._next = self._next, None
+        if nxt is not None and nxt[0] == after_id and nxt[1] == filter_text:
+            return await nxt[2]
+        if nxt is not None:
+            self._next = nxt
+            self.cancel()
+        return await self._source.read(self._ns, after_id, self._before, filter_text, self._pairs)
+
+    def cancel(self) -> None:
+        if self._next is not None:
+            task = self._next[2]
+            self._next = None
+            if task.done():
+                if not task.cancelled():
+                    task.exception()  # retrieved: the read is not wanted any more
+            else:
+                task.cancel()
