@@ -17,6 +17,9 @@ __all__ = ["stop_if_cancelled"]
 def stop_if_cancelled(error: BaseException | None = None) -> None:
     """Raise ``CancelledError`` if the current task was asked to stop (its cancellation
     may have been turned into ``error`` by a library); return otherwise."""
-    task = asyncio.current_task()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop: nothing to stop
+        return
     if task is not None and task.cancelling() > 0:
         raise asyncio.CancelledError() from error
