@@ -50,7 +50,14 @@ class _Batch:
 
 
 def _value(raw: bytes | str, typed: bool) -> Value:
-    obj = _decode(raw)
+    try:
+        obj = _decode(raw)
+    except msgspec.DecodeError:
+        # Some msgspec releases check UTF-8 themselves, with a message that names no byte:
+        # the UnicodeDecodeError names it (raised only if that is the fault).
+        if isinstance(raw, bytes):
+            raw.decode()
+        raise
     return Value.from_wire(obj) if typed else from_python(obj)
 
 
