@@ -191,6 +191,13 @@ def cost(pricing: Pricing | None, events: int) -> int:
     return 0 if pricing is None else pricing.per_event * events
 
 
+def kept_id(base: int, from_id: int, event_id: int) -> int:
+    """The notification id a replay keeps for ``event_id``, however often its batch is
+    pushed: the ids are set aside once for the whole range, from ``base`` (the store's
+    ``replay_id_base``), in the range's order from ``from_id``."""
+    return base + event_id - from_id
+
+
 def with_replay_headers(headers: bytes, replay_id: int, end_id: int | None) -> bytes:
     """The event's header pairs (JSON) with the replay headers appended, never rewritten."""
     return append_pairs(headers, replay_pairs(replay_id, end_id))

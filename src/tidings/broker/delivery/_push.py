@@ -134,9 +134,9 @@ class Push:
         # stopped (or starved) between here and its socket's write would otherwise push
         # after another broadcaster has taken the subscription over. Alone (a lease nobody
         # else can take: infinity), there is nothing to ask.
-        leases = self._leases
-        shared = leases is not None and leases.acts_until(sub.id) < math.inf
-        until = functools.partial(leases.acts_until, sub.id) if leases is not None and shared else None
+        leases, until = self._leases, None
+        if leases is not None and leases.acts_until(sub.id) < math.inf:
+            until = functools.partial(leases.acts_until, sub.id)
         got = await self.outbound.post(
             sub.endpoint, body, headers, timeout_s=deadline, max_bytes=self._settings.answer_max_bytes, until=until
         )

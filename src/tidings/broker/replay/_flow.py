@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from ...core.replay import kept_id
 from ...core.retry import Outcome
 from ...store import ReplayRecord, Stat, Store, StoredEvent, SubscriptionRecord
 from ..delivery import Delivery, Note, Pushed, counted, taken_whole
@@ -84,7 +85,7 @@ class InFlight:
         rec = self._rec
         if self._base is None:
             self._base = await self._store.replay_id_base(rec.id, rec.to_id - rec.from_id)
-        ids = [self._base + e.id - rec.from_id for e in copies]
+        ids = [kept_id(self._base, rec.from_id, e.id) for e in copies]
         if not await self.wait():
             return False
         if self._recording is not None and self._recording.done() and not self._recording.result():
@@ -148,7 +149,7 @@ class InFlight:
         if recording is not None and not await recording:
             return False
         copies = got.events
-        ids = await self._record(sub, copies, got.position, now, [base + e.id - from_id for e in copies])
+        ids = await self._record(sub, copies, got.position, now, [kept_id(base, from_id, e.id) for e in copies])
         self.reached = got.position
         return ids is not None and await d.push(sub.id, list(zip(ids, copies, strict=True)), now, pushed)
 
@@ -156,7 +157,7 @@ class InFlight:
         rec = self._rec
         ns, from_id = rec.namespace, rec.from_id
         pairs = [
-            (base + i - from_id, StoredEvent(seq=q, namespace=ns, id=i, prev_id=None, timestamp=t, source=src,
+            (kept_id(base, from_id, i), StoredEvent(seq=q, namespace=ns, id=i, prev_id=None, timestamp=t, source=src,
                                              data=b"", headers=b""))
             for q, i, src, t in zip(got.seqs, got.ids, got.sources, got.timestamps, strict=True)
         ]

@@ -34,6 +34,7 @@ import msgspec
 from ...core import webhooks
 from ...core.config import SubscriptionConfig
 from ...core.filters import compile_predicate, parse
+from ...core.replay import kept_id
 from ...outbound import Outbound
 from ...settings import Settings
 from ...store import StoredEvent
@@ -61,6 +62,11 @@ def settings_from(raw: bytes) -> Settings:
         raise NotImplementedError
 
     return msgspec.json.decode(raw, type=Settings, dec_hook=path)
+
+
+def _noted(events: list[StoredEvent], base: int, from_id: int) -> list[Note]:
+    """The events under the replay's kept notification ids (``Store.replay_id_base``)."""
+    return [Note(kept_id(base, from_id, e.id), e) for e in events]
 
 
 class _Prepared(NamedTuple):
@@ -113,7 +119,7 @@ class _Run:
     async def _prepare(self, n: int, shape: tuple[int, int, str | None], bodies: PushBodies) -> _Prepared:
         events, position = await self.next(n)
         base, from_id, echo = shape
-        notes = [Note(base + e.id - from_id, e) for e in events]
+        notes = _noted(events, base, from_id)
         parts: list[bytes] = []
         for k in range(0, len(notes), _PARTS_SLICE):
             await asyncio.sleep(0)  # the push in flight and its answer go first
@@ -164,7 +170,7 @@ class Pusher:
             events, position, notes, parts = ready.events, ready.position, ready.notes, ready.parts
         else:
             events, position = await run.next(s.batch)
-            notes = [Note(s.base + e.id - s.from_id, e) for e in events]
+            notes = _noted(events, s.base, s.from_id)
         run.at = position
         if not events:
             return wire.Stepped(req=s.req, position=position, whole=True)
