@@ -311,3 +311,34 @@ async def test_the_replay_process_gives_way_to_any_other_process(
     [p] = pushers(server)
     assert os.sched_getscheduler(p.pid) == (os.SCHED_IDLE if idle_class else os.SCHED_OTHER)
     assert p.nice() == Settings().replay_nice
+
+
+async def test_a_prepared_batch_past_the_lease_is_handed_back_unsent(tmp_path: Path, endpoints: Any) -> None:
+    """The next batch made during a push is still looked at against the lease as it is
+    sent: a step that comes after the lease's sure end (a stopped process) pushes
+    nothing and hands the prepared events back; the next step reads them again."""
+    from bench.archive import generate
+
+    await asyncio.to_thread(generate, tmp_path, 300, 1)
+    rec = Recorder()
+    ep = await endpoints(rec)
+    reader = await open_range_reader(f"sqlite://{tmp_path / 'tidings.db'}")
+    common = dict(replay=1, namespace="bench.ns0", before=301, from_id=1, base=1000, pairs=b"", filter=None,
+                  skip=None, batch=100, sub=7, endpoint=ep.url, mode="trusted", echo_filter=None, cloudevents=None,
+                  deadline_s=5.0, epoch=3, secrets=[], clock_offset_ns=0)
+    try:
+        async with Outbound(AddressPolicy(restricted=False)) as outbound:
+            pusher = Pusher(Settings(), reader, outbound)
+            first = await pusher.step(Step(req=1, after=0, act_until=time.monotonic() + 5, **common))  # type: ignore[arg-type]
+            assert first.whole and first.position == 100  # and 101-200 are prepared meanwhile
+            rec.got.clear()
+            late = await pusher.step(Step(req=2, after=100, act_until=time.monotonic() - 0.001,  # type: ignore[arg-type]
+                                          **common))
+            assert (late.whole, late.outcome) == (False, None)
+            assert [e.id for e in late.events] == list(range(101, 201))
+            assert rec.got == []
+            again = await pusher.step(Step(req=3, after=100, act_until=time.monotonic() + 5, **common))  # type: ignore[arg-type]
+            assert again.whole and again.ids == list(range(101, 201))
+            assert [n["id"] for n in rec.got] == list(range(1100, 1200))
+    finally:
+        await reader.close()
