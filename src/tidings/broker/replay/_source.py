@@ -54,14 +54,20 @@ class ReplaySource:
         return Manifest.load(self.archive_dir).hwm(namespace)
 
     async def read(
-        self, namespace: str, after_id: int, before_id: int, filter_text: str | None, pairs: bytes | None = None
+        self, namespace: str, after_id: int, before_id: int, filter_text: str | None, pairs: bytes | None = None,
+        *, first: bool = False,
     ) -> tuple[list[StoredEvent], int]:
         """Events with ``after_id < id < before_id``, in id order, and the id up to which
         the range has been looked at (everything up to it not returned is filtered out
-        by ``filter_text``, or gone); with the header ``pairs`` appended to each, if given."""
+        by ``filter_text``, or gone); with the header ``pairs`` appended to each, if given.
+
+        An archive read looks at ten times ``replay_read_size`` ids (one read's fixed cost
+        is the files' footers), but a run's ``first`` read only at as many as a hot read:
+        the first batch leaves sooner, and the next window is read while it is out."""
         hwm = await asyncio.to_thread(self.hwm, namespace)
         if after_id < hwm:
-            hi = min(before_id, hwm + 1, after_id + 1 + 10 * self._settings.replay_read_size)
+            span = self._settings.replay_read_size * (1 if first else 10)
+            hi = min(before_id, hwm + 1, after_id + 1 + span)
             events = await asyncio.to_thread(self._read_archive, namespace, after_id + 1, hi, pairs)
             return events, hi - 1
         limit = self._settings.replay_read_size
@@ -123,7 +129,7 @@ class ReadAhead:
         if nxt is not None:
             self._next = nxt
             self.cancel()
-        return await self._source.read(self._ns, after_id, self._before, filter_text, self._pairs)
+        return await self._source.read(self._ns, after_id, self._before, filter_text, self._pairs, first=True)
 
     def cancel(self) -> None:
         if self._next is not None:
