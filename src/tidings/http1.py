@@ -13,6 +13,7 @@ processes both serve with them (``uvicorn.Config(http=Http1, ws=WsHandshake)``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any, Final
@@ -71,7 +72,10 @@ class Http1(HttpToolsProtocol):
         self._head = -1
         if self._parsed > MAX_HEAD_BYTES:  # the whole head came in one read
             raise _HeadTooLarge
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before and self.cycle is not None:
+            self.cycle.transport = _OneWrite(self.transport, self.cycle)  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
@@ -114,6 +118,51 @@ class Http1(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(error_response(status, code, message, extra, self.server_state.default_headers))
             self.transport.close()
+
+
+class _OneWrite:
+    """One response's transport until its head has left: the head is held until the
+    body's first write, and both leave in one ``send``. uvicorn writes them apart: two
+    system calls per answer, and two reads for the client, where one of each does
+    (BENCHMARKS.md, "One event per request"). A head whose body does not follow in the
+    same turn of the event loop (an answer to HEAD; an app that awaits between the two)
+    leaves on its own at the end of that turn."""
+
+    __slots__ = ("_cycle", "_head", "_t")
+
+    def __init__(self, transport: Any, cycle: Any) -> None:
+        self._t = transport
+        self._cycle = cycle
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._release()
+            self._t.write(head + data)
+        elif self._cycle.response_started:  # the head (a 100 Continue goes before the start)
+            self._head = data
+            asyncio.get_running_loop().call_soon(self._flush)
+        else:
+            self._t.write(data)
+
+    def _release(self) -> None:
+        self._head = None
+        self._cycle.transport = self._t  # the rest of the response is written directly
+
+    def _flush(self) -> None:
+        head = self._head
+        if head is not None:
+            self._release()
+            if not self._t.is_closing():
+                self._t.write(head)
+
+    def close(self) -> None:
+        self._flush()
+        self._t.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._t, name)
 
 
 class WsHandshake(WebSocketsSansIOProtocol):
