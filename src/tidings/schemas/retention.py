@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..core.wire_schemas import RetentionRun, TrimmedNamespace
 from ..store import Store
+from ..tasks import stop_if_cancelled
 from .binding import SchemaBinder
 from .registry import SchemaRegistry
 
@@ -79,12 +80,14 @@ class Retention:
     async def run(self, interval_s: float) -> None:
         """Trim every ``interval_s`` until cancelled; a failed round is logged and retried."""
         while True:
+            stop_if_cancelled()  # also when a store call returned from a cancel as if done
             await asyncio.sleep(interval_s)
             try:
                 run = await self.apply()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as e:
+                stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                 log.exception("retention round failed; trying again in %ss", interval_s)
                 continue
             trimmed = sum(t.trimmed for t in run.namespaces)

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from ...core.assignment import owner, subscription_key
 from ...errors import StoreError
 from ...store import CHANGE_LOG, CHANGE_LOST, CHANGE_REGISTRY, ClusterStore, Store, StoredEvent, SubscriptionRecord
+from ...tasks import stop_if_cancelled
 from ..delivery import Delivery, Signing, Tail
 from ..replay import Replays
 from ._control_log import ControlLog
@@ -128,6 +129,7 @@ class Cluster:
     async def _follow_log(self) -> None:
         """Read into the tail what other broadcasters appended, and wake delivery for it."""
         while True:
+            stop_if_cancelled()  # also when a store call returned from a cancel as if done
             await self._catch_up.wait()
             self._catch_up.clear()
             try:
@@ -140,13 +142,16 @@ class Cluster:
                     if len(events) < _READ:
                         break
             except StoreError as e:
+                stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                 self.outage.failed(f"reading the log after {self._tail.head}", e)
-            except Exception:  # this loop outlives whatever one round met
+            except Exception as e:  # this loop outlives whatever one round met
+                stop_if_cancelled(e)
                 log.exception("reading the log after %s failed", self._tail.head)
 
     async def _follow_registry(self) -> None:
         last_full = self._monotonic()
         while True:
+            stop_if_cancelled()  # also when a store call returned from a cancel as if done
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._reload.wait(), self.full_reload_s)
             self._reload.clear()
@@ -169,8 +174,10 @@ class Cluster:
                 if set(self._sync.subscription_ids()) - known:
                     self._adopt.set()  # new subscriptions: take this one's share now
             except StoreError as e:
+                stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                 self.outage.failed("reloading the registry", e)
-            except Exception:  # this loop outlives whatever one round met
+            except Exception as e:  # this loop outlives whatever one round met
+                stop_if_cancelled(e)
                 log.exception("reloading the registry failed")
 
     # -- heartbeat and leases -----------------------------------------------------------
@@ -198,7 +205,8 @@ class Cluster:
             while True:
                 try:
                     await self._take_part()
-                except Exception:
+                except Exception as e:
+                    stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                     log.exception("taking part in the cluster failed; starting again")
                     await asyncio.sleep(self.heartbeat_s)
         finally:
@@ -218,6 +226,7 @@ class Cluster:
             tg.create_task(self._control.run(), name="tidings-cluster-commands")
             tg.create_task(self._watch(), name="tidings-cluster-watchdog")
             while True:
+                stop_if_cancelled()  # ``beat`` takes a store's error, which may be a cancel, as an outage
                 if self._lost:
                     self._lost = False
                     await self._listen()
@@ -226,9 +235,11 @@ class Cluster:
                     # watchdog has stopped the workers by the time it is.
                     async with asyncio.timeout(self.lease_s):
                         await self.beat()
-                except TimeoutError as e:
+                except TimeoutError as e:  # the lease term's, or a cancel turned into one
+                    stop_if_cancelled(e)
                     self.outage.failed(f"a heartbeat, which took longer than the lease term ({self.lease_s:.1f} s),", e)
-                except Exception:  # a broadcaster keeps taking part whatever one beat met
+                except Exception as e:  # a broadcaster keeps taking part whatever one beat met
+                    stop_if_cancelled(e)
                     log.exception("heartbeat failed")
                 self._catch_up.set()  # in case a signal was lost
                 self._adopt.clear()
@@ -252,8 +263,10 @@ class Cluster:
                             len(m.held))
                 try:
                     await self._let_go(set(m.held), release=False)
-                except Exception:  # the workers are stopped first; what failed after is logged
+                except Exception as e:  # the workers are stopped first; what failed after is logged
+                    stop_if_cancelled(e)
                     log.exception("stopping the delivery of lapsed leases failed")
+                stop_if_cancelled()  # letting go may have returned from a cancel as if done
             await self._renewed.wait()
             self._renewed.clear()
 

@@ -35,6 +35,7 @@ import msgspec
 from ...core.config import PUBLICATION_CONTROLLERS
 from ...core.namespaces import system_namespace
 from ...store import NewEvent, PublicationRecord, Stat, Store, StoredEvent, SubscriptionRecord
+from ...tasks import stop_if_cancelled
 from ..registry import Registry, RegistryListener, read_sub_config
 from ._membership import Membership
 from ._outage import Outage
@@ -145,12 +146,14 @@ class ControlLog:
         """Send commands as they are queued, until cancelled (then send what is left)."""
         try:
             while True:
+                stop_if_cancelled()  # also when a store call returned from a cancel as if done
                 await self._wake.wait()
                 self._wake.clear()
                 await asyncio.sleep(0.01)  # a batch call's commands: one round
                 try:
                     await self.send()
                 except Exception as e:  # the change itself is stored: the others read it anyway
+                    stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                     self._outage.failed("sending control-plane commands", e)
         finally:
             if self._queued:

@@ -30,6 +30,7 @@ from ...core.namespaces import is_pattern
 from ...core.retry import Outcome
 from ...errors import LeaseLost, StoreError
 from ...store import PendingNotification, StoredEvent, SubscriptionRecord
+from ...tasks import stop_if_cancelled
 from ._accounting import event_stats
 from ._behind import Behind
 from ._direct import DirectPush
@@ -128,6 +129,7 @@ class Worker(Behind, Redelivery, DirectPush):
         failures = 0
         last_failure = self.d.monotonic()
         while True:
+            stop_if_cancelled()  # ``_stored`` may have returned from a cancel as if done
             try:
                 await self._run()
                 return
@@ -137,6 +139,7 @@ class Worker(Behind, Redelivery, DirectPush):
                 self.d.lease_lost(self.sub.id)
                 return
             except Exception as e:  # CancelledError is not an Exception: shutdown still works
+                stop_if_cancelled(e)  # ...unless a client library turned it into its own error
                 self.generation += 1  # routes planned before this no longer move ``scan``
                 if self.d.monotonic() - last_failure > 60:
                     failures = 0  # an outage long past does not slow the restart after this one
@@ -167,6 +170,7 @@ class Worker(Behind, Redelivery, DirectPush):
             try:
                 return [r for r in await self.d.store.list_subscriptions(self.sub.namespace) if r.id == self.sub.id]
             except StoreError as e:
+                stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                 delay = min(30.0, delay * 2)
                 log.warning("subscription %s: reading it back failed (%s); again in %.2f s", self.sub.id, e, delay)
 
@@ -372,6 +376,7 @@ class Worker(Behind, Redelivery, DirectPush):
         failures = 0
         metrics = self.d.metrics
         while batch:
+            stop_if_cancelled()  # a push answers a cancel turned into an error as "no answer": retried
             if self._stopped():
                 self.parked = True
                 return

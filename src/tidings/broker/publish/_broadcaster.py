@@ -19,6 +19,7 @@ from ...core.ingest import ERR_RESERVED_HEADER
 from ...core.wire import Event, GenericError, ItemResult, err, ok
 from ...errors import BadRequest, KeysFull, KeyTaken, StoreError, StoreUnavailable, Unavailable
 from ...store import NewEvent, PrincipalRecord, Stat, Store, StoredEvent
+from ...tasks import stop_if_cancelled
 from ...tracing import PublishSpans, Tracing
 from ..cluster import Forwarding
 from ..registry import Orchestrator
@@ -94,6 +95,7 @@ class Broadcaster:
         space is bounded by the keys published within a window (a store that cannot be
         reached now is tried again next round, silently: its outage is logged elsewhere)."""
         while True:
+            stop_if_cancelled()  # also when a store call returned from a cancel as if done
             await asyncio.sleep(interval_s)
             try:
                 # Rounds of at most _RECLAIM_ROUND keys, until the expired are gone: a keyed
@@ -103,7 +105,8 @@ class Broadcaster:
                     n = await self._store.expire_keys(self._clock(), _RECLAIM_ROUND)
                     if n:
                         log.debug("deleted %d expired idempotency keys", n)
-            except StoreError:
+            except StoreError as e:
+                stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                 continue
 
     def _bindings(self, namespaces: set[str], now: int) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from ...core.wire_replay import (
 from ...errors import Forbidden, LeaseLost, LimitReached, StoreError, StoreUnavailable, Unavailable
 from ...settings import Settings
 from ...store import InsufficientCredit, PrincipalRecord, ReplayRecord, Store, SubscriptionRecord
+from ...tasks import stop_if_cancelled
 from ..delivery import Delivery
 from ..registry import Orchestrator
 from ._flow import InFlight
@@ -106,10 +107,12 @@ class Replays:
             self._ready.set()  # registrations wait for this: the limits count the loaded replays
             try:
                 while True:
+                    stop_if_cancelled()  # also when a store call returned from a cancel as if done
                     await asyncio.sleep(_SWEEP_S)
                     try:
                         await self._sweep()
-                    except StoreError:
+                    except StoreError as e:
+                        stop_if_cancelled(e)  # a client library may turn a cancel into its own error
                         # The store stalls, restarts or fails over: the next round sweeps (its
                         # outage is logged once, by the store). Raised, it would end every
                         # replay's task with this loop's TaskGroup.
@@ -301,12 +304,14 @@ class Replays:
         except InsufficientCredit as e:
             await self._finish(rid, "errored", f"PaymentRequired: {e}")
         except (LeaseLost, StoreUnavailable) as e:
+            stop_if_cancelled(e)  # a shutdown's cancel turned into a store's error: left as it is
             # Not this replay's fault: it stays active, where it got to is stored, and it
             # goes on from there (here at the next heartbeat's adoption, or on the
             # broadcaster that delivers its subscription now).
             log.warning("replay %s paused: %s", rid, e)
             self._active.pop(rid, None)
         except Exception as e:
+            stop_if_cancelled(e)  # not a failure of the replay: it goes on after the restart
             log.exception("replay %s failed", rid)
             await self._finish(rid, "errored", f"{type(e).__name__}: {e}")
 
