@@ -283,10 +283,7 @@ async def _subscribe(b: Broker) -> int:
     return int(r.Ok)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("error", [
-    pytest.param(StoreUnavailable("connection was closed in the middle of operation"), id="store-error"),
-    pytest.param(ConnectionError("connection closed while reading"), id="connection-error"),
-])
+@pytest.mark.parametrize("error", _ERRORS)
 async def test_a_worker_cancelled_in_a_store_call_does_not_restart(
     tmp_path: Path, error: Exception, caplog: pytest.LogCaptureFixture,
 ) -> None:

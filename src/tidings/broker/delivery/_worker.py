@@ -187,6 +187,7 @@ class Worker(Behind, Redelivery, DirectPush):
             finally:
                 self.resumed.set()
             while True:
+                stop_if_cancelled()  # a store call may have returned from a cancel as if done
                 # Cleared before looking for work, not when going idle: a wake-up that
                 # comes while this round awaits (a route, a redrive, new events) is kept,
                 # and the worker looks again instead of sleeping on work already queued.
