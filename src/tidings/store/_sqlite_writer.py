@@ -154,19 +154,19 @@ class Writer(threading.Thread):
             i = 0
             while i < len(batch):
                 job = batch[i][0]
-                if alone and isinstance(job, Append):
-                    results.append(self._run(conn, functools.partial(_append_one, one=job), alone=True))
-                    i += 1
-                elif isinstance(job, Append):
+                if isinstance(job, Append):
                     # Consecutive appends run as one statement: this is where group commit
-                    # pays, and a failure falls back to running them one by one.
+                    # pays, and a failure falls back to running them one by one (a group
+                    # of one has failed alone already).
                     j = i
                     while j < len(batch) and isinstance(batch[j][0], Append):
                         j += 1
                     group = [b[0] for b in batch[i:j]]
-                    ok, res = self._run(conn, functools.partial(_append_group, group=group))
+                    ok, res = self._run(conn, functools.partial(_append_group, group=group), alone=alone)
                     if ok:
                         results.extend((True, r) for r in res)
+                    elif len(group) == 1:
+                        results.append((False, res))
                     else:
                         results.extend(self._run(conn, functools.partial(_append_one, one=a)) for a in group)
                     i = j
