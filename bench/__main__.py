@@ -135,12 +135,12 @@ def _num(v: float) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ["scenario", "system", "figure", "unit", "tidings/peer", "x floor"]
+    head = ["scenario", "system", "figure", "unit", "tidings/peer", "x floor", "x durable floor"]
     lines = []
     for r in rows:
         system = r.system if not r.how else f"{r.system}: {r.how}"
         if r.skipped:
-            lines.append([r.scenario, system, f"skipped: {r.skipped}", r.unit, "", ""])
+            lines.append([r.scenario, system, f"skipped: {r.skipped}", r.unit, "", "", ""])
             continue
         keys = list(r.figures)
         fig = " / ".join(_num(r.figures[k]) for k in keys)
@@ -148,8 +148,9 @@ def table(rows: list[Row]) -> str:
         if r.details.get("incomplete"):
             fig += f" ({r.details['delivered']:,}/{r.details['expected']:,} by the deadline)"
         ratio = "—" if r.system == "tidings" else " / ".join(f"{r.ratios[k]:.2f}" for k in keys if k in r.ratios)
-        floor = r.details.get("x_floor", {})
-        lines.append([r.scenario, system, fig, unit, ratio, " / ".join(f"{floor[k]:.2f}" for k in keys if k in floor)])
+        floor, durable = r.details.get("x_floor", {}), r.details.get("x_durable", {})
+        lines.append([r.scenario, system, fig, unit, ratio, " / ".join(f"{floor[k]:.2f}" for k in keys if k in floor),
+                      " / ".join(f"{durable[k]:.2f}" for k in keys if k in durable)])
     width = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
     out = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, width, strict=True)) + " |",
            "|" + "|".join("-" * (w + 2) for w in width) + "|"]

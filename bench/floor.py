@@ -238,22 +238,26 @@ async def scenario(s: Settings) -> list[Row]:
 # Which floor each tidings figure is set against: its transport and its kind.
 _AGAINST = {"cpu": "http-relay-cpu", "latency": "http-latency", "stream-latency": "ws-latency",
             "publish-1": "http-one-event", "xmpp-latency": "http-latency", "filter-cost": "http-latency"}
+# And which durable floor (``bench.floor_durable``: the same server, plus one durable
+# SQLite append per event): the figures that pay for a commit before their answer or push.
+_AGAINST_DURABLE = {"cpu": "http-relay-cpu", "latency": "http-push-latency", "publish-1": "http-one-event"}
 
 
 def with_floor_ratios(rows: list[Row]) -> None:
     """Set every latency and one-event figure (tidings' and, for scale, the peers') against
     the floor of tidings' transport for it, under tidings' own server (``x floor``): 3.0
-    means three times what an HTTP round trip alone costs on this host."""
-    floors = {r.details.get("floor"): r for r in rows
-              if r.scenario == "floor" and r.system == "uvicorn" and r.figures}
-    for r in rows:
-        if r.scenario == "floor" or not r.figures:
-            continue
-        base = floors.get(_AGAINST.get(r.scenario, ""))
-        if base is None or r.unit != base.unit:
-            continue
-        r.details["x_floor"] = {k: round(v / base.figures[k], 2) for k, v in r.figures.items()
-                                if base.figures.get(k)}
+    means three times what an HTTP round trip alone costs on this host. The figures that
+    wait for a commit are also set against the durable floor (``x durable floor``)."""
+    for key, kind, against in (("x_floor", "floor", _AGAINST), ("x_durable", "durable_floor", _AGAINST_DURABLE)):
+        floors = {r.details.get(kind): r for r in rows
+                  if r.scenario == "floor" and r.system in ("uvicorn", "durable") and kind in r.details and r.figures}
+        for r in rows:
+            if r.scenario == "floor" or not r.figures:
+                continue
+            base = floors.get(against.get(r.scenario, ""))
+            if base is None or r.unit != base.unit:
+                continue
+            r.details[key] = {k: round(v / base.figures[k], 2) for k, v in r.figures.items() if base.figures.get(k)}
 
 
 if __name__ == "__main__":

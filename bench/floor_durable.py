@@ -1,0 +1,229 @@
+"""The durable floor: the least a publish costs on this host once it must be on disk
+before its answer, in Python, before tidings checks, routes or signs anything.
+
+The empty app of ``bench.floor`` plus one durable append: each request's body goes to one
+writer thread that takes every body queued, inserts them with one statement into a
+SQLite table in WAL mode with ``synchronous=FULL`` (as tidings' embedded store commits)
+and commits; each request is answered only after its commit. With a push URL it then
+pushes one notification of the event, as ``bench.floor_cpu``'s relay does. Served as
+``tidings serve`` serves its app (uvicorn with ``tidings.http1.Http1``, uvloop).
+
+Its rows set tidings' one-event rate, CPU per event and round trip against a floor that
+pays for the same durability (issue 47: "measure the limit in the same run"):
+
+    .venv/bin/python -m bench.floor_durable serve PORT DB_PATH [PUSH_URL]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import re
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench._harness import free_port
+from bench._scenario import Row, Settings, _guard
+from bench.floor import SERVERS, http_latency, http_one_event, serve_uvicorn, serving
+from bench.floor_cpu import _NOTE
+from bench.live_plane import percentiles
+from bench.payloads import LATENCY_WARMUP
+from tidings.pipeline._human import fmt_figure
+
+__all__ = ["durable_app", "scenario"]
+
+_ANSWER = b'[{"Ok":1}]'
+_HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_ANSWER)).encode())]
+_T = re.compile(rb'"t",\{"Nat":(\d+)\}')
+"""The publish call's time in a latency body (``live_plane.latency_body``), in a push."""
+_Job = tuple[bytes, "asyncio.Future[None]"]
+
+
+class _Writer(threading.Thread):
+    """One connection, group commit: every body queued goes into one transaction."""
+
+    def __init__(self, path: str, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(name="floor-writer", daemon=True)
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._loop = loop
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, data BLOB NOT NULL)")
+
+    def run(self) -> None:
+        while True:
+            batch = [self.jobs.get()]
+            with contextlib.suppress(queue.Empty):
+                while len(batch) < 1000:
+                    batch.append(self.jobs.get_nowait())
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.executemany("INSERT INTO events(data) VALUES (?)", [(b,) for b, _ in batch])
+            self._conn.execute("COMMIT")
+            self._loop.call_soon_threadsafe(_settle, [f for _, f in batch])
+
+
+def _settle(futures: list[asyncio.Future[None]]) -> None:
+    for f in futures:
+        if not f.done():
+            f.set_result(None)
+
+
+def durable_app(db_path: str, push_url: str | None) -> Callable[..., Awaitable[None]]:
+    writer: _Writer | None = None
+    session: aiohttp.ClientSession | None = None
+    pushes: set[asyncio.Task[None]] = set()
+    count = 0
+
+    async def push(n: int, body: bytes) -> None:
+        nonlocal session
+        assert push_url is not None
+        if session is None:
+            session = aiohttp.ClientSession(headers={"content-type": "application/json"})
+        now = time.time_ns()
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.post(push_url, data=_NOTE % (n, n, n - 1, now, body, now, now)) as r:
+                await r.read()
+
+    async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                  send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        nonlocal writer, count
+        if scope["type"] != "http":
+            return
+        chunks, more = [], True
+        while more:
+            msg = await receive()
+            chunks.append(msg.get("body", b""))
+            more = msg.get("more_body", False)
+        data = b"".join(chunks)
+        loop = asyncio.get_running_loop()
+        if writer is None:
+            writer = _Writer(db_path, loop)
+            writer.start()
+        done: asyncio.Future[None] = loop.create_future()
+        writer.jobs.put((data, done))
+        await done
+        await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+        await send({"type": "http.response.body", "body": _ANSWER})
+        if push_url is not None:
+            count += 1
+            task = asyncio.create_task(push(count, data))
+            pushes.add(task)
+            task.add_done_callback(pushes.discard)
+
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _durable_server(push_url: str | None = None) -> Any:
+    with tempfile.TemporaryDirectory(prefix="bench-floor-durable-") as d:
+        port = free_port()
+        command = [sys.executable, "-m", "bench.floor_durable", "serve", str(port), str(Path(d) / "floor.db")]
+        async with serving([*command, *([push_url] if push_url else [])], port, "durable") as (url, proc):
+            yield url, proc
+
+
+async def durable_relay(rate: float, seconds: float) -> dict[str, Any]:
+    """The durable relay under ``rate`` publishes/s for ``seconds``, after a second of warm
+    load: its CPU per event, and each event's time from the publish call to its push read
+    by the subscriber endpoint (``perf_counter_ns``, one clock for every process here)."""
+    import psutil
+    from aiohttp import web
+
+    samples: list[float] = []
+    record = [False]
+
+    async def take(request: web.Request) -> web.Response:
+        body = await request.read()
+        now = time.perf_counter_ns()
+        m = _T.search(body)
+        if m is not None and record[0]:
+            samples.append((now - int(m.group(1))) / 1e6)
+        return web.Response(text="null", content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/", take)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with _durable_server(f"http://127.0.0.1:{port}/") as (url, proc):
+            await http_latency(url, rate, 1.0, 0.0)  # warm: connections, imports, the table
+            await asyncio.sleep(0.2)
+            p = psutil.Process(proc.pid)
+            before = p.cpu_times()
+            record[0] = True
+            lat = await http_latency(url, rate, seconds, 0.0)
+            deadline = time.monotonic() + 10
+            while len(samples) < lat["sent"] and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            after = p.cpu_times()
+    finally:
+        await runner.cleanup()
+    if not samples:
+        raise RuntimeError("no push reached the subscriber")
+    cpu_s = (after.user - before.user) + (after.system - before.system)
+    return {"events": len(samples), "cpu_s": round(cpu_s, 3), "server_ms": round(1000 * cpu_s / len(samples), 4),
+            **percentiles(samples)}
+
+
+async def scenario(s: Settings) -> list[Row]:
+    """The durable floor's rows: one event per request, the round trip at the latency
+    scenario's rate, and the CPU per event of publish -> commit -> push at 1,000/s."""
+    rate = s.rate or 1000.0
+    timeout = 2 * s.seconds + 60
+    how = f"{SERVERS['uvicorn']}: empty app + one durable SQLite append (WAL, synchronous=FULL, group commit)"
+
+    async def one() -> dict[str, Any]:
+        async with _durable_server() as (url, _):
+            return await http_one_event(url, s.clients, s.seconds)
+
+    async def lat() -> dict[str, Any]:
+        async with _durable_server() as (url, _):
+            return await http_latency(url, rate, s.seconds, LATENCY_WARMUP)
+
+    relayed: dict[str, Any] = {}
+
+    async def relay() -> dict[str, Any]:
+        relayed.update(await durable_relay(rate, s.seconds))
+        return dict(relayed)
+
+    async def cpu() -> dict[str, Any]:
+        # The relay's load at 1,000/s measured both (a row's details are its own dict).
+        return dict(relayed) if relayed and rate == 1000.0 else await durable_relay(1000.0, s.seconds)
+
+    rows = [
+        await _guard("floor", "durable", f"{how}, one event per HTTP request, {s.clients} keep-alive clients",
+                     "events/s", timeout, one, lambda d: {"events/s": d["events_per_s"]}),
+        await _guard("floor", "durable", f"{how}, publish round trip over HTTP at {fmt_figure(rate)}/s", "ms",
+                     timeout, lat, _lat),
+        await _guard("floor", "durable", f"{how}, then its push out: publish call -> push read at "
+                     f"{fmt_figure(rate)}/s", "ms", timeout, relay, _lat),
+        await _guard("floor", "durable", f"{how}, then its push out, at 1,000/s", "ms CPU per event", timeout, cpu,
+                     lambda d: {"server": d["server_ms"]}),
+    ]
+    for r, kind in zip(rows, ("http-one-event", "http-latency", "http-push-latency", "http-relay-cpu"),
+                       strict=True):
+        r.details["durable_floor"] = kind
+    return rows
+
+
+def _lat(d: dict[str, Any]) -> dict[str, float]:
+    return {"p50": d["p50_ms"], "p99": d["p99_ms"], "p99.9": d["p999_ms"]}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "serve":
+        serve_uvicorn(durable_app(sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else None), int(sys.argv[2]))
+    else:
+        sys.exit("usage: python -m bench.floor_durable serve PORT DB_PATH [PUSH_URL]")
