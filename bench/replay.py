@@ -9,7 +9,9 @@ starts ``tidings serve`` on it, subscribes an endpoint in this process (aiohttp;
 decodes every push with msgspec) and replays the whole range while a publisher sends one
 live event every ``--live-every-ms`` to another namespace, pushed to another subscription
 (its endpoint and the publisher in a process of their own, ``bench/replay_live.py``).
-Live latency is measured first with no replay (its first 0.5 s not counted). Then stops
+Live latency is measured first with no replay (its first 0.5 s not counted), then with no
+replay while every core is held by processes that only spin in the idle scheduling class
+(``spinning``: the host's floor for work beside the live path). Then stops
 the server, archives everything into Parquet (Spark, ``older_than 0``), starts the
 server again, measures live latency again, and replays the same range, now read through
 Spark by the server (its session start is included and also shown).
@@ -22,12 +24,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,28 @@ from bench.replay_live import LiveSide
 
 NS = "bench.ns0"
 NS_LIVE = "bench.live"
+
+
+_SPIN = "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True:\n    pass\n"
+SPINNING = "no replay, every core held by idle-class spinners"
+"""The source of the host's floor for a replay beside live traffic (``spinning``)."""
+
+
+@contextlib.contextmanager
+def spinning(n: int) -> Iterator[None]:
+    """``n`` processes that do nothing but spin, in the idle scheduling class, as the replay
+    process runs: what any CPU-bound work at the lowest priority does to the live path on
+    this host, tidings' own work aside. The live p99 measured meanwhile is the floor a
+    replay beside live traffic is set against (issue 47: "measure the limit in the same
+    run")."""
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
 
 
 class _Note(msgspec.Struct):
@@ -116,6 +143,29 @@ async def baseline(server: Server, ep: Endpoint, live: LiveSide, every: float, s
             **{f"live_latency_ms_{k}": v for k, v in _quantiles(lat).items()}, "cpu_cores_busy": cpu}
 
 
+async def _spinning(server: Server, ep: Endpoint, live: LiveSide, every: float, seconds: float) -> dict[str, Any]:
+    with spinning(os.cpu_count() or 1):
+        return {**await baseline(server, ep, live, every, seconds), "source": SPINNING}
+
+
+def against_baselines(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each replay of ``run``'s results, with the live p99 measured before it on the same
+    server alone (``live_latency_ms_p99_without``) and beside the spinners
+    (``live_latency_ms_p99_spinning``), and the ratios of its own p99 to them."""
+    out, alone, spun = [], None, None
+    for r in runs:
+        if r["source"] == SPINNING:
+            spun = r["live_latency_ms_p99"]
+        elif r["source"].startswith("no replay"):
+            alone = r["live_latency_ms_p99"]
+        else:
+            p99 = r["live_latency_ms_p99"]
+            out.append({**r, "live_latency_ms_p99_without": alone, "live_latency_ms_p99_spinning": spun,
+                        "x_alone": round(p99 / alone, 2) if alone else None,
+                        "x_spinning": round(p99 / spun, 2) if spun else None})
+    return out
+
+
 async def replay_once(server: Server, ep: Endpoint, live: LiveSide, events: int, every: float,
                       label: str) -> dict[str, Any]:
     ep.replayed, ep.first_replayed, ep.want = 0, None, events
@@ -185,6 +235,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         with Server(data) as server:
             results.append(await baseline(server, ep, live, every, args.baseline_s))
+            results.append(await _spinning(server, ep, live, every, args.baseline_s))
             results.append(await replay_once(server, ep, live, args.events, every, "hot log"))
         if getattr(args, "hot_only", False):
             return results
@@ -195,6 +246,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"archived {run_.events:,} events in {time.monotonic() - t:.1f} s", file=sys.stderr)
         with Server(data) as server:
             results.append(await baseline(server, ep, live, every, args.baseline_s))
+            results.append(await _spinning(server, ep, live, every, args.baseline_s))
             results.append(await replay_once(server, ep, live, args.events, every, "archive (pyarrow)"))
     finally:
         live.__exit__()
