@@ -240,7 +240,8 @@ _AGAINST = {"cpu": "http-relay-cpu", "latency": "http-latency", "stream-latency"
             "publish-1": "http-one-event", "xmpp-latency": "http-latency", "filter-cost": "http-latency"}
 # And which durable floor (``bench.floor_durable``: the same server, plus one durable
 # SQLite append per event): the figures that pay for a commit before their answer or push.
-_AGAINST_DURABLE = {"cpu": "http-relay-cpu", "latency": "http-push-latency", "publish-1": "http-one-event"}
+_AGAINST_DURABLE = {"cpu": "http-relay-cpu", "latency": "http-push-latency", "publish-1": "http-one-event",
+                    "stream-latency": "ws-push-latency"}
 
 
 def with_floor_ratios(rows: list[Row]) -> None:

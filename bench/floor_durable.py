@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import queue
 import re
 import sqlite3
@@ -35,7 +36,7 @@ from bench._harness import free_port
 from bench._scenario import Row, Settings, _guard
 from bench.floor import SERVERS, http_latency, http_one_event, serve_uvicorn, serving
 from bench.floor_cpu import _NOTE
-from bench.live_plane import percentiles
+from bench.live_plane import latency_body, percentiles
 from bench.payloads import LATENCY_WARMUP
 from tidings.pipeline._human import fmt_figure
 
@@ -94,9 +95,55 @@ def durable_app(db_path: str, push_url: str | None) -> Callable[..., Awaitable[N
             async with session.post(push_url, data=_NOTE % (n, n, n - 1, now, body, now, now)) as r:
                 await r.read()
 
+    async def commit(data: bytes) -> None:
+        nonlocal writer
+        loop = asyncio.get_running_loop()
+        if writer is None:
+            writer = _Writer(db_path, loop)
+            writer.start()
+        done: asyncio.Future[None] = loop.create_future()
+        writer.jobs.put((data, done))
+        await done
+
+    subscribers: set[Callable[[dict[str, Any]], Awaitable[None]]] = set()
+
+    async def stream(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                     send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """``/sub``: takes the pushes. Any other path: publishes, one event per message,
+        each answered once committed and then pushed to every ``/sub`` connection."""
+        nonlocal count
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        if scope["path"].endswith("/sub"):
+            subscribers.add(send)
+            try:
+                while (await receive())["type"] == "websocket.receive":
+                    pass
+            finally:
+                subscribers.discard(send)
+            return
+        while True:
+            msg = await receive()
+            if msg["type"] != "websocket.receive":
+                return
+            text = msg.get("text") or msg.get("bytes", b"").decode()
+            m = json.loads(text)
+            event = json.dumps(m["event"], separators=(",", ":")).encode()
+            await commit(event)
+            await send({"type": "websocket.send", "text": f'{{"op":"results","refs":[{m["ref"]}],'
+                                                          '"results":[{"Ok":1}]}'})
+            count += 1
+            now = time.time_ns()
+            note = (_NOTE % (count, count, count - 1, now, event, now, now)).decode()
+            for sub in list(subscribers):
+                await sub({"type": "websocket.send", "text": note})
+
     async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
                   send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        nonlocal writer, count
+        nonlocal count
+        if scope["type"] == "websocket":
+            await stream(scope, receive, send)
+            return
         if scope["type"] != "http":
             return
         chunks, more = [], True
@@ -105,13 +152,7 @@ def durable_app(db_path: str, push_url: str | None) -> Callable[..., Awaitable[N
             chunks.append(msg.get("body", b""))
             more = msg.get("more_body", False)
         data = b"".join(chunks)
-        loop = asyncio.get_running_loop()
-        if writer is None:
-            writer = _Writer(db_path, loop)
-            writer.start()
-        done: asyncio.Future[None] = loop.create_future()
-        writer.jobs.put((data, done))
-        await done
+        await commit(data)
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         await send({"type": "http.response.body", "body": _ANSWER})
         if push_url is not None:
@@ -130,6 +171,46 @@ async def _durable_server(push_url: str | None = None) -> Any:
         command = [sys.executable, "-m", "bench.floor_durable", "serve", str(port), str(Path(d) / "floor.db")]
         async with serving([*command, *([push_url] if push_url else [])], port, "durable") as (url, proc):
             yield url, proc
+
+
+async def ws_push_latency(url: str, rate: float, seconds: float, warmup: float) -> dict[str, Any]:
+    """The stream-latency scenario's cut on the durable floor: one WebSocket publishes one
+    event per message at ``rate``/s (each carrying its send time), another takes the
+    pushes; the time from the send to the push read."""
+    ws_url = url.replace("http://", "ws://")
+    samples: list[float] = []
+    n, interval = int(rate * (seconds + warmup)), 1 / rate
+    first_ns = 0
+    async with aiohttp.ClientSession() as s, s.ws_connect(f"{ws_url}/v1/stream/sub") as sub, \
+            s.ws_connect(f"{ws_url}/v1/stream") as pub:
+        async def take() -> None:
+            got = 0
+            async for msg in sub:
+                now = time.perf_counter_ns()
+                m = _T.search(msg.data.encode())
+                if m is not None and int(m.group(1)) >= first_ns:
+                    samples.append((now - int(m.group(1))) / 1e6)
+                got += 1
+                if got == n:
+                    return
+
+        async def drain() -> None:
+            got = 0
+            async for _ in pub:
+                got += 1
+                if got == n:
+                    return
+
+        tasks = [asyncio.create_task(take()), asyncio.create_task(drain())]
+        t_next = time.perf_counter()
+        first_ns = time.perf_counter_ns() + int(warmup * 1e9)
+        for k in range(n):
+            t_next += interval
+            event = latency_body(time.perf_counter_ns())[1:-1].decode()
+            await pub.send_str(f'{{"op":"publish","ref":{k},"event":{event}}}')
+            await asyncio.sleep(max(0.0, t_next - time.perf_counter()))
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    return {"rate": rate, "sent": n, **percentiles(samples)}
 
 
 async def durable_relay(rate: float, seconds: float) -> dict[str, Any]:
@@ -192,6 +273,12 @@ async def scenario(s: Settings) -> list[Row]:
         async with _durable_server() as (url, _):
             return await http_latency(url, rate, s.seconds, LATENCY_WARMUP)
 
+    stream_rate = rate  # the stream-latency scenario's rate, as the HTTP rows'
+
+    async def ws() -> dict[str, Any]:
+        async with _durable_server() as (url, _):
+            return await ws_push_latency(url, stream_rate, s.seconds, LATENCY_WARMUP)
+
     relayed: dict[str, Any] = {}
 
     async def relay() -> dict[str, Any]:
@@ -211,9 +298,12 @@ async def scenario(s: Settings) -> list[Row]:
                      f"{fmt_figure(rate)}/s", "ms", timeout, relay, _lat),
         await _guard("floor", "durable", f"{how}, then its push out, at 1,000/s", "ms CPU per event", timeout, cpu,
                      lambda d: {"server": d["server_ms"]}),
+        await _guard("floor", "durable", f"{how}, over WebSockets: one event per message, answered once committed, "
+                     f"then pushed on another connection: send -> push read at {fmt_figure(stream_rate)}/s", "ms",
+                     timeout, ws, _lat),
     ]
-    for r, kind in zip(rows, ("http-one-event", "http-latency", "http-push-latency", "http-relay-cpu"),
-                       strict=True):
+    kinds = ("http-one-event", "http-latency", "http-push-latency", "http-relay-cpu", "ws-push-latency")
+    for r, kind in zip(rows, kinds, strict=True):
         r.details["durable_floor"] = kind
     return rows
 

@@ -52,7 +52,8 @@ def test_python_m_bench_only_floor_reports_both_servers(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["results"]
     got = {(r["system"], r["details"].get("floor") or r["details"]["durable_floor"]) for r in rows if r["figures"]}
     want = {(k, f) for k in SERVERS for f in ("http-latency", "http-one-event", "ws-latency")}
-    durable = {("durable", f) for f in ("http-one-event", "http-latency", "http-push-latency", "http-relay-cpu")}
+    durable = {("durable", f) for f in ("http-one-event", "http-latency", "http-push-latency", "http-relay-cpu",
+                                        "ws-push-latency")}
     assert got == want | {("uvicorn", "http-relay-cpu")} | durable
 
 
@@ -105,6 +106,15 @@ async def test_the_durable_floor_answers_each_publish_only_once_it_is_committed(
         assert c.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 160
 
 
+async def test_the_durable_floor_over_websockets_pushes_each_committed_event_to_the_other_connection() -> None:
+    from bench.floor_durable import _durable_server, ws_push_latency
+
+    async with _durable_server() as (url, _):
+        d = await ws_push_latency(url, 200.0, 0.5, 0.1)
+    assert d["sent"] == 120 and d["received"] >= 95  # the warm-up's 20 are not counted
+    assert 0 < d["p50_ms"] <= d["p99_ms"] <= d["p999_ms"]
+
+
 async def test_the_durable_relay_measures_publish_to_push_and_its_cpu() -> None:
     from bench.floor_durable import durable_relay
 
@@ -126,12 +136,18 @@ def test_figures_that_wait_for_a_commit_are_set_against_the_durable_floor() -> N
         Row("latency", "tidings", "", "ms", {"p50": 2.0, "p99": 5.0, "p99.9": 8.0}),
         Row("cpu", "tidings", "", "ms CPU per event", {"server": 0.8}),
         Row("stream-latency", "tidings", "", "ms", {"p50": 1.0, "p99": 3.0, "p99.9": 4.0}),
+        Row("xmpp-latency", "tidings", "", "ms", {"p50": 1.0, "p99": 3.0, "p99.9": 4.0}),
     ]
     with_floor_ratios(rows)
     assert rows[5].details["x_floor"] == {"events/s": 0.4}  # the empty app's floor stays as it was
     assert rows[5].details["x_durable"] == {"events/s": 0.5}
     assert rows[6].details["x_durable"] == {"p50": 2.0, "p99": 2.5, "p99.9": 2.0}  # publish -> push, not the round trip
     assert rows[7].details["x_durable"] == {"server": 2.0}
-    assert "x_durable" not in rows[8].details and "x_floor" not in rows[1].details
+    assert "x_durable" not in rows[8].details  # no WebSocket durable floor in this run
+    assert "x_durable" not in rows[9].details and "x_floor" not in rows[1].details
+    rows.insert(5, Row("floor", "durable", "", "ms", {"p50": 0.5, "p99": 1.5, "p99.9": 2.0},
+                       details={"durable_floor": "ws-push-latency"}))
+    with_floor_ratios(rows)
+    assert rows[9].details["x_durable"] == {"p50": 2.0, "p99": 2.0, "p99.9": 2.0}
     line = next(x for x in table(rows).splitlines() if x.startswith("| publish-1"))
     assert [c.strip() for c in line.split("|")[-3:-1]] == ["0.40", "0.50"]
