@@ -32,7 +32,7 @@ from typing import Any
 from bench import peers as P
 from bench._scenario import Row, Settings, log
 from bench.floor import with_floor_ratios
-from bench.floor_cpu import scenario as floor_scenario
+from bench.floor_durable import floor_scenario
 from bench.suite import SCENARIOS as _SUITE
 from tidings.pipeline._human import fmt_figure
 

@@ -91,9 +91,7 @@ async def scenario(s: Settings) -> list[Row]:
                              "push out, at 1,000/s", "ms CPU per event", 2 * s.seconds + 60, relay,
                              lambda d: {"server": d["server_ms"]}))
     rows[-1].details["floor"] = "http-relay-cpu"
-    from bench.floor_durable import scenario as durable_scenario  # it imports this module
-
-    return rows + await durable_scenario(s)
+    return rows
 
 
 async def relay_cpu(rate: float, seconds: float) -> dict[str, Any]:

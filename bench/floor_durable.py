@@ -36,11 +36,12 @@ from bench._harness import free_port
 from bench._scenario import Row, Settings, _guard
 from bench.floor import SERVERS, http_latency, http_one_event, serve_uvicorn, serving
 from bench.floor_cpu import _NOTE
+from bench.floor_cpu import scenario as relay_scenario
 from bench.live_plane import latency_body, percentiles
 from bench.payloads import LATENCY_WARMUP
 from tidings.pipeline._human import fmt_figure
 
-__all__ = ["durable_app", "scenario"]
+__all__ = ["durable_app", "floor_scenario", "scenario"]
 
 _ANSWER = b'[{"Ok":1}]'
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_ANSWER)).encode())]
@@ -306,6 +307,12 @@ async def scenario(s: Settings) -> list[Row]:
     for r, kind in zip(rows, kinds, strict=True):
         r.details["durable_floor"] = kind
     return rows
+
+
+async def floor_scenario(s: Settings) -> list[Row]:
+    """The whole ``floor`` scenario: the empty app's and the relay's rows
+    (``bench.floor_cpu``), then the durable floor's."""
+    return await relay_scenario(s) + await scenario(s)
 
 
 def _lat(d: dict[str, Any]) -> dict[str, float]:
