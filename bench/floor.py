@@ -33,7 +33,7 @@ from bench.live_plane import latency_body, percentiles
 from bench.payloads import EVENT, LATENCY_WARMUP
 from tidings.pipeline._human import fmt_figure
 
-__all__ = ["SERVERS", "app", "scenario", "with_floor_ratios"]
+__all__ = ["SERVERS", "app", "read_body", "scenario", "with_floor_ratios"]
 
 _ANSWER = b'[{"Ok":1}]'
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_ANSWER)).encode())]
@@ -41,6 +41,16 @@ SERVERS = {
     "uvicorn": "uvicorn + tidings.http1.Http1 (as tidings serve), uvloop",
     "granian": "granian (ASGI, 1 worker, uvloop)",
 }
+
+
+async def read_body(receive: Callable[[], Awaitable[Any]]) -> bytes:
+    """An HTTP request's whole body, as an ASGI app receives it."""
+    chunks, more = [], True
+    while more:
+        msg = await receive()
+        chunks.append(msg.get("body", b""))
+        more = msg.get("more_body", False)
+    return b"".join(chunks)
 
 
 async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],

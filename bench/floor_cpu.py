@@ -26,7 +26,7 @@ import aiohttp
 
 from bench._harness import free_port
 from bench._scenario import Row, Settings, _guard
-from bench.floor import SERVERS, http_latency, serve_uvicorn, serving
+from bench.floor import SERVERS, http_latency, read_body, serve_uvicorn, serving
 from bench.floor import scenario as floor_scenario
 from bench.live_plane import sink
 
@@ -61,15 +61,10 @@ def relay_app(push_url: str) -> Callable[..., Awaitable[None]]:
         nonlocal count
         if scope["type"] != "http":
             return
-        chunks, more = [], True
-        while more:
-            msg = await receive()
-            chunks.append(msg.get("body", b""))
-            more = msg.get("more_body", False)
+        data = await read_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         await send({"type": "http.response.body", "body": _ANSWER})
         count += 1
-        data = b"".join(chunks)
         # The event's data as it came (a JSON array of one event: its "data" field is not
         # parsed out; the bytes only need the push's size).
         task = asyncio.create_task(push(count, data))

@@ -34,10 +34,10 @@ import aiohttp
 
 from bench._harness import free_port
 from bench._scenario import Row, Settings, _guard
-from bench.floor import SERVERS, http_latency, http_one_event, serve_uvicorn, serving
+from bench.floor import SERVERS, http_latency, http_one_event, read_body, serve_uvicorn, serving
 from bench.floor_cpu import _NOTE
 from bench.floor_cpu import scenario as relay_scenario
-from bench.live_plane import latency_body, percentiles
+from bench.live_plane import latency_body, percentiles, sink
 from bench.payloads import LATENCY_WARMUP
 from tidings.pipeline._human import fmt_figure
 
@@ -147,12 +147,7 @@ def durable_app(db_path: str, push_url: str | None) -> Callable[..., Awaitable[N
             return
         if scope["type"] != "http":
             return
-        chunks, more = [], True
-        while more:
-            msg = await receive()
-            chunks.append(msg.get("body", b""))
-            more = msg.get("more_body", False)
-        data = b"".join(chunks)
+        data = await read_body(receive)
         await commit(data)
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         await send({"type": "http.response.body", "body": _ANSWER})
@@ -219,27 +214,19 @@ async def durable_relay(rate: float, seconds: float) -> dict[str, Any]:
     load: its CPU per event, and each event's time from the publish call to its push read
     by the subscriber endpoint (``perf_counter_ns``, one clock for every process here)."""
     import psutil
-    from aiohttp import web
 
     samples: list[float] = []
     record = [False]
 
-    async def take(request: web.Request) -> web.Response:
-        body = await request.read()
+    def took(body: bytes) -> None:
         now = time.perf_counter_ns()
         m = _T.search(body)
         if m is not None and record[0]:
             samples.append((now - int(m.group(1))) / 1e6)
-        return web.Response(text="null", content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/", take)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    runner, push_url = await sink(on_body=took)
     try:
-        async with _durable_server(f"http://127.0.0.1:{port}/") as (url, proc):
+        async with _durable_server(push_url) as (url, proc):
             await http_latency(url, rate, 1.0, 0.0)  # warm: connections, imports, the table
             await asyncio.sleep(0.2)
             p = psutil.Process(proc.pid)

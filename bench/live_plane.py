@@ -125,15 +125,17 @@ async def alternated(a: Server, b: Server, clients: int, batch: int, seconds: fl
     return fig(False), fig(True)
 
 
-async def sink(got: list[int] | None = None) -> tuple[Any, str]:
+async def sink(got: list[int] | None = None, on_body: Callable[[bytes], None] | None = None) -> tuple[Any, str]:
     """A subscriber endpoint that takes every push (aiohttp.web on a free port), counting
-    them in ``got[0]`` if given: its runner and URL."""
+    them in ``got[0]`` if given and handing each body to ``on_body``: its runner and URL."""
     from aiohttp import web
 
     async def take(request: web.Request) -> web.Response:
-        await request.read()
+        body = await request.read()
         if got is not None:
             got[0] += 1
+        if on_body is not None:
+            on_body(body)
         return web.Response(text="null", content_type="application/json")
 
     app = web.Application()
