@@ -158,7 +158,8 @@ async def test_a_live_push_under_way_holds_back_a_replays_batches(
 
 
 class DeadThenLive:
-    """``/dead`` answers 500 while ``failing``, then takes each push in 5 ms; ``/live``
+    """``/dead`` answers 500 while ``failing``, then takes each push in 20 ms (a redrive of
+    120 batches lasts 2.4 s at least: a live publish on a loaded host comes within it); ``/live``
     holds its first push open ``hold_s``, noting how many ``/dead`` pushes had arrived
     when it came and when it was answered."""
 
@@ -182,7 +183,7 @@ class DeadThenLive:
             await respond(send, 500)
             return
         else:
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.02)
             self.dead_pushes += 1
             self.redriven += len(batch)
         await respond(send, 200)
