@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -30,7 +31,7 @@ from bench.floor import SERVERS, http_latency, read_body, serve_uvicorn, serving
 from bench.floor import scenario as floor_scenario
 from bench.live_plane import sink
 
-__all__ = ["relay_cpu", "scenario"]
+__all__ = ["relay_app", "relay_cpu", "relay_load", "scenario"]
 
 _ANSWER = b'[{"Ok":1}]'
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_ANSWER)).encode())]
@@ -41,7 +42,10 @@ _NOTE = (b'[{"id":%d,"eventId":%d,"prev_id":%d,"timestamp":%d,"namespace":"bench
          b'["icrc72:broadcaster:sent",{"Nat":%d}]]}]')
 
 
-def relay_app(push_url: str) -> Callable[..., Awaitable[None]]:
+def relay_app(push_url: str | None,
+              before_answer: Callable[[bytes], Awaitable[None]] | None = None) -> Callable[..., Awaitable[None]]:
+    """Answers each publish, after ``before_answer`` of its body if given (the durable
+    floor's commit), then pushes one notification of it to ``push_url`` if given."""
     session: aiohttp.ClientSession | None = None
     pushes: set[asyncio.Task[None]] = set()
     count = 0
@@ -62,8 +66,12 @@ def relay_app(push_url: str) -> Callable[..., Awaitable[None]]:
         if scope["type"] != "http":
             return
         data = await read_body(receive)
+        if before_answer is not None:
+            await before_answer(data)
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         await send({"type": "http.response.body", "body": _ANSWER})
+        if push_url is None:
+            return
         count += 1
         # The event's data as it came (a JSON array of one event: its "data" field is not
         # parsed out; the bytes only need the push's size).
@@ -91,17 +99,34 @@ async def scenario(s: Settings) -> list[Row]:
 
 async def relay_cpu(rate: float, seconds: float) -> dict[str, Any]:
     """The relay app's CPU per event at ``rate`` publishes/s for ``seconds``."""
+
+    @contextlib.asynccontextmanager
+    async def relay(push_url: str) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
+        port = free_port()
+        async with serving([sys.executable, "-m", "bench.floor_cpu", "serve", str(port), push_url], port,
+                           "relay") as served:
+            yield served
+
+    return await relay_load(relay, rate, seconds)
+
+
+async def relay_load(server: Callable[[str], contextlib.AbstractAsyncContextManager[tuple[str, Any]]],
+                     rate: float, seconds: float, on_body: Callable[[bytes], None] | None = None,
+                     measuring: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The cpu row's load on a relay: ``server(push_url)`` started, a second of warm load,
+    then ``rate`` publishes/s for ``seconds``; the server's CPU per event pushed. Each push's
+    body also goes to ``on_body``; ``measuring`` is called when the warm load is over."""
     import psutil
 
     got = [0]
-    runner, push_url = await sink(got)
+    runner, push_url = await sink(got, on_body)
     try:
-        port = free_port()
-        command = [sys.executable, "-m", "bench.floor_cpu", "serve", str(port), push_url]
-        async with serving(command, port, "relay") as (url, proc):
+        async with server(push_url) as (url, proc):
             await http_latency(url, rate, 1.0, 0.0)  # warm: connections, imports, caches
             await asyncio.sleep(0.2)
             p = psutil.Process(proc.pid)
+            if measuring is not None:
+                measuring()
             before, pushed = p.cpu_times(), got[0]
             lat = await http_latency(url, rate, seconds, 0.0)
             deadline = time.monotonic() + 10

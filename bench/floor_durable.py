@@ -22,11 +22,12 @@ import json
 import queue
 import re
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +35,15 @@ import aiohttp
 
 from bench._harness import free_port
 from bench._scenario import Row, Settings, _guard
-from bench.floor import SERVERS, http_latency, http_one_event, read_body, serve_uvicorn, serving
-from bench.floor_cpu import _NOTE
+from bench.floor import SERVERS, http_latency, http_one_event, serve_uvicorn, serving
+from bench.floor_cpu import _NOTE, relay_app, relay_load
 from bench.floor_cpu import scenario as relay_scenario
-from bench.live_plane import latency_body, percentiles, sink
+from bench.live_plane import latency_body, percentiles
 from bench.payloads import LATENCY_WARMUP
 from tidings.pipeline._human import fmt_figure
 
 __all__ = ["durable_app", "floor_scenario", "scenario"]
 
-_ANSWER = b'[{"Ok":1}]'
-_HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_ANSWER)).encode())]
 _T = re.compile(rb'"t",\{"Nat":(\d+)\}')
 """The publish call's time in a latency body (``live_plane.latency_body``), in a push."""
 _Job = tuple[bytes, "asyncio.Future[None]"]
@@ -81,20 +80,12 @@ def _settle(futures: list[asyncio.Future[None]]) -> None:
 
 
 def durable_app(db_path: str, push_url: str | None) -> Callable[..., Awaitable[None]]:
+    """HTTP: ``bench.floor_cpu``'s relay, each publish committed before its answer.
+    WebSockets: ``/sub`` takes the pushes; any other path publishes one event per message,
+    each answered once committed and then pushed to every ``/sub`` connection."""
     writer: _Writer | None = None
-    session: aiohttp.ClientSession | None = None
-    pushes: set[asyncio.Task[None]] = set()
     count = 0
-
-    async def push(n: int, body: bytes) -> None:
-        nonlocal session
-        assert push_url is not None
-        if session is None:
-            session = aiohttp.ClientSession(headers={"content-type": "application/json"})
-        now = time.time_ns()
-        with contextlib.suppress(aiohttp.ClientError):
-            async with session.post(push_url, data=_NOTE % (n, n, n - 1, now, body, now, now)) as r:
-                await r.read()
+    subscribers: set[Callable[[dict[str, Any]], Awaitable[None]]] = set()
 
     async def commit(data: bytes) -> None:
         nonlocal writer
@@ -106,12 +97,10 @@ def durable_app(db_path: str, push_url: str | None) -> Callable[..., Awaitable[N
         writer.jobs.put((data, done))
         await done
 
-    subscribers: set[Callable[[dict[str, Any]], Awaitable[None]]] = set()
+    http = relay_app(push_url, before_answer=commit)
 
     async def stream(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
                      send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        """``/sub``: takes the pushes. Any other path: publishes, one event per message,
-        each answered once committed and then pushed to every ``/sub`` connection."""
         nonlocal count
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})
@@ -141,27 +130,16 @@ def durable_app(db_path: str, push_url: str | None) -> Callable[..., Awaitable[N
 
     async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
                   send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        nonlocal count
         if scope["type"] == "websocket":
             await stream(scope, receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        data = await read_body(receive)
-        await commit(data)
-        await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-        await send({"type": "http.response.body", "body": _ANSWER})
-        if push_url is not None:
-            count += 1
-            task = asyncio.create_task(push(count, data))
-            pushes.add(task)
-            task.add_done_callback(pushes.discard)
+        else:
+            await http(scope, receive, send)
 
     return app
 
 
 @contextlib.asynccontextmanager
-async def _durable_server(push_url: str | None = None) -> Any:
+async def _durable_server(push_url: str | None = None) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
     with tempfile.TemporaryDirectory(prefix="bench-floor-durable-") as d:
         port = free_port()
         command = [sys.executable, "-m", "bench.floor_durable", "serve", str(port), str(Path(d) / "floor.db")]
@@ -210,40 +188,22 @@ async def ws_push_latency(url: str, rate: float, seconds: float, warmup: float) 
 
 
 async def durable_relay(rate: float, seconds: float) -> dict[str, Any]:
-    """The durable relay under ``rate`` publishes/s for ``seconds``, after a second of warm
-    load: its CPU per event, and each event's time from the publish call to its push read
-    by the subscriber endpoint (``perf_counter_ns``, one clock for every process here)."""
-    import psutil
-
+    """The durable relay under the cpu row's load (``bench.floor_cpu.relay_load``): its CPU
+    per event, and each event's time from the publish call to its push read by the
+    subscriber endpoint (``perf_counter_ns``, one clock for every process here)."""
     samples: list[float] = []
-    record = [False]
 
     def took(body: bytes) -> None:
         now = time.perf_counter_ns()
         m = _T.search(body)
-        if m is not None and record[0]:
+        if m is not None:
             samples.append((now - int(m.group(1))) / 1e6)
 
-    runner, push_url = await sink(on_body=took)
-    try:
-        async with _durable_server(push_url) as (url, proc):
-            await http_latency(url, rate, 1.0, 0.0)  # warm: connections, imports, the table
-            await asyncio.sleep(0.2)
-            p = psutil.Process(proc.pid)
-            before = p.cpu_times()
-            record[0] = True
-            lat = await http_latency(url, rate, seconds, 0.0)
-            deadline = time.monotonic() + 10
-            while len(samples) < lat["sent"] and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            after = p.cpu_times()
-    finally:
-        await runner.cleanup()
-    if not samples:
-        raise RuntimeError("no push reached the subscriber")
-    cpu_s = (after.user - before.user) + (after.system - before.system)
-    return {"events": len(samples), "cpu_s": round(cpu_s, 3), "server_ms": round(1000 * cpu_s / len(samples), 4),
-            **percentiles(samples)}
+    def measured() -> None:  # the warm-up's pushes are not counted
+        samples.clear()
+
+    cpu = await relay_load(_durable_server, rate, seconds, took, measured)
+    return {**cpu, **percentiles(samples)}
 
 
 async def scenario(s: Settings) -> list[Row]:
